@@ -1,0 +1,127 @@
+// roam-graph v1: the training-step graph that every planner reads.
+//
+// The file contract is ../shared/GRAPH_FORMAT.md (mirrored in docs of this repo): tensors with
+// sizes in bytes, aliases resolved to root storages, ops in program order, `after` control
+// edges, phases. Inside the library ids are dense integers (TensorIdx, OpIdx); the string ids
+// of the file are kept for messages and output.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace roam {
+
+using TensorIdx = int32_t;
+using OpIdx = int32_t;
+using StorageIdx = int32_t;
+/// An execution order: every op index exactly once; op order[k] runs at step k.
+using Order = std::vector<OpIdx>;
+
+/// Resident roles (GRAPH_FORMAT.md "Tensors"): allocated before the step and after it.
+enum class Role : uint8_t { kNone, kParam, kBuffer, kOptimizerState, kConstant, kInput };
+enum class Phase : uint8_t { kForward, kBackward, kUpdate, kOther };
+
+const char* to_string(Role role);
+const char* to_string(Phase phase);
+
+/// Bad input: names the file, the field and the id. The CLI prints what() and exits 2.
+class InputError : public std::runtime_error {
+ public:
+  InputError(const std::string& file, const std::string& field, const std::string& id,
+             const std::string& message);
+  const std::string& file() const { return file_; }
+  const std::string& field() const { return field_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  std::string file_, field_, id_;
+};
+
+struct Tensor {
+  std::string id;
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t size = 0;             // bytes (numel x element size)
+  Role role = Role::kNone;       // kNone for tensors produced by an op
+  TensorIdx alias_of = -1;       // direct base, -1 for a root
+  TensorIdx root = -1;           // resolved root (itself for a root)
+  OpIdx producer = -1;           // op listing it in `outputs`, -1 if none
+};
+
+struct Op {
+  std::string id;
+  std::string target;
+  Phase phase = Phase::kOther;
+  std::vector<TensorIdx> inputs;
+  std::vector<TensorIdx> outputs;
+  std::vector<OpIdx> after;      // control dependencies
+  std::optional<double> cost;    // seconds
+};
+
+/// A non-resident root storage of non-zero size: what the arena must place.
+struct Storage {
+  TensorIdx root = -1;
+  uint64_t size = 0;             // bytes, unrounded
+  OpIdx producer = -1;
+  std::vector<OpIdx> users;      // ops listing the root or an alias of it (inputs or outputs),
+                                 // sorted, unique, producer included
+  bool graph_output = false;     // root or an alias is a graph output: live to the last step
+};
+
+/// The validated graph plus the derived structure every planner shares.
+struct Graph {
+  std::string name;
+  nlohmann::json meta = nlohmann::json::object();
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;                     // program order
+  std::vector<TensorIdx> outputs;          // graph outputs
+
+  // ---- derived by finalize() ----
+  std::vector<Storage> storages;           // in order of producer, then output position
+  std::vector<StorageIdx> storage_of;      // per tensor: its root's storage, -1 when resident/empty
+  std::vector<std::vector<OpIdx>> preds;   // per op: unique dependency predecessors (data + after)
+  std::vector<std::vector<OpIdx>> succs;   // per op: unique successors
+  std::vector<std::vector<StorageIdx>> op_storages;  // per op: storages it reads or writes, unique
+  uint64_t resident_bytes = 0;             // sum of sizes of resident root tensors
+  std::unordered_map<std::string, TensorIdx> tensor_index;
+  std::unordered_map<std::string, OpIdx> op_index;
+
+  int32_t num_ops() const { return static_cast<int32_t>(ops.size()); }
+  int32_t num_storages() const { return static_cast<int32_t>(storages.size()); }
+  bool is_resident(TensorIdx t) const { return tensors[tensors[t].root].role != Role::kNone; }
+  /// Program order: 0, 1, ..., n-1.
+  Order program_order() const;
+};
+
+/// Parses and validates a roam-graph v1 document. `file` is used in error messages.
+/// Throws InputError for every rule of GRAPH_FORMAT.md (format/version, duplicate or unknown
+/// ids, producer/role rules, alias cycles, bad sizes, dependency cycles).
+Graph parse_graph(const nlohmann::json& doc, const std::string& file);
+
+/// Reads `path` (plain JSON or gzip when it ends in .gz, or any gzip stream) and parses it.
+/// Throws InputError when the file cannot be read or is not valid JSON.
+Graph load_graph(const std::string& path);
+
+/// Serialises a graph back to roam-graph v1 (used by tests and tools).
+nlohmann::json graph_to_json(const Graph& graph);
+
+/// Reads a JSON document from a plain or gzip file. Throws InputError (field "json").
+nlohmann::json read_json_file(const std::string& path);
+
+/// Writes JSON atomically: to a temporary file beside `path`, then renamed over it; gzip when
+/// `path` ends in ".gz". Throws std::runtime_error on I/O failure (no partial file remains).
+void write_json_file(const std::string& path, const nlohmann::json& doc, int indent = -1);
+
+/// Rounds `size` up to a multiple of `alignment` (alignment >= 1).
+inline uint64_t align_up(uint64_t size, uint64_t alignment) {
+  return (size + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace roam

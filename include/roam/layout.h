@@ -1,0 +1,44 @@
+// Arena layouts: for a fixed order (its liveness), an offset in bytes for every storage such
+// that storages whose live intervals intersect get disjoint byte ranges.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "roam/analysis.h"
+#include "roam/graph.h"
+
+namespace roam {
+
+struct Layout {
+  std::vector<uint64_t> offsets;  // per StorageIdx, bytes, multiples of the alignment
+  /// Bytes the method reserves. Equals the arena (max offset + aligned size) for every method
+  /// except `pytorch`, whose figure is the caching allocator's peak reserved segment bytes.
+  uint64_t reserved_bytes = 0;
+};
+
+/// Simulation of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp) over the
+/// order: see the named constants in src/layout/pytorch_caching.cpp. Segments are laid end to
+/// end in the arena in the order they are created; `reserved_bytes` = total segment bytes.
+Layout layout_pytorch(const Graph& g, const Liveness& live, uint64_t alignment);
+
+/// Long-lived-first best fit (ROAM paper's layout baseline): storages by decreasing lifetime
+/// (then size, then id); each placed in the smallest gap between conflicting placed storages
+/// that fits it, else on top of them.
+Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment);
+
+/// TFLite's greedy-by-size: storages by decreasing size (then first step, then id); each placed
+/// in the smallest gap between conflicting placed storages that fits, else on top of them.
+Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alignment);
+
+const std::vector<std::string>& layout_methods();
+
+/// Throws std::invalid_argument for an unknown name.
+Layout make_layout(const Graph& g, const Liveness& live, const std::string& method,
+                   uint64_t alignment);
+
+/// Arena bytes of a layout: max over storages of offset + size rounded to `alignment`.
+uint64_t arena_bytes(const Graph& g, const std::vector<uint64_t>& offsets, uint64_t alignment);
+
+}  // namespace roam

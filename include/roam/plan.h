@@ -1,0 +1,66 @@
+// roam-plan v1 (GRAPH_FORMAT.md "Plan"): an order, an offset per storage, and the stats any
+// tool can recompute from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "roam/graph.h"
+
+namespace roam {
+
+struct PlanStats {
+  uint64_t resident_bytes = 0;
+  uint64_t theoretical_peak_bytes = 0;  // Tp of the order, sizes rounded to the alignment
+  uint64_t arena_bytes = 0;             // max offset + aligned size
+  uint64_t peak_bytes = 0;              // resident + arena
+  uint64_t lower_bound_bytes = 0;       // proven lower bound on Tp over all valid orders
+  double fragmentation = 0.0;           // arena / Tp - 1 (0 when Tp is 0)
+  double solve_seconds = 0.0;
+};
+
+struct Plan {
+  std::string graph;                    // graph name
+  uint64_t alignment = 64;              // bytes, a power of two
+  Order order;
+  std::vector<uint64_t> offsets;        // per StorageIdx, bytes
+  PlanStats stats;
+  std::string order_method;
+  std::string layout_method;
+  nlohmann::json options = nlohmann::json::object();
+};
+
+/// Stats of (order, offsets) per GRAPH_FORMAT.md; `lower_bound` and `solve_seconds` are passed in.
+PlanStats compute_stats(const Graph& g, const Order& order, const std::vector<uint64_t>& offsets,
+                        uint64_t alignment, uint64_t lower_bound, double solve_seconds);
+
+nlohmann::json plan_to_json(const Graph& g, const Plan& plan);
+
+}  // namespace roam
+
+namespace roam {
+
+/// What `roam plan` and `roam compare` run: an order method, a layout method, an alignment.
+/// Method "auto" picks, among the baselines, the order with the smallest Tp (ties: program)
+/// or the layout with the smallest arena (ties: the first in layout_methods() order, pytorch
+/// excluded).
+struct PlanRequest {
+  std::string order = "auto";
+  std::string layout = "auto";
+  uint64_t alignment = 64;              // bytes, a power of two
+};
+
+struct PlanResult {
+  Plan plan;
+  uint64_t reserved_bytes = 0;          // see Layout::reserved_bytes
+};
+
+/// Orders, lays out and fills the stats (solve_seconds = order + layout wall time, seconds).
+/// `lower_bound_bytes` is computed by the caller (lower_bound(g, alignment)) so that it can be
+/// shared across requests. Throws std::invalid_argument for an unknown method name.
+PlanResult make_plan(const Graph& g, const PlanRequest& request, uint64_t lower_bound_bytes);
+
+}  // namespace roam

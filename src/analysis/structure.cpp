@@ -1,0 +1,157 @@
+// asap/alap, key points, storage kinds and the lower bound on Tp (DESIGN.md "Analysis";
+// key points are ROAM's memory-insensitive operators, arXiv 2310.19295 Sec. 4.1).
+//
+// Every graph that parse_graph accepts lists its ops in a topological order (the program
+// order), so "op index" doubles as a topological position throughout this file.
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+#include "roam/analysis.h"
+
+namespace roam {
+
+namespace {
+
+// Reflexive reachability as one bitset row per op (n * n bits).
+class Reachability {
+ public:
+  Reachability(const Graph& g, bool ancestors) : n_(g.num_ops()), words_((n_ + 63) / 64) {
+    bits_.assign(static_cast<size_t>(n_) * words_, 0);
+    if (ancestors) {
+      for (OpIdx v = 0; v < n_; ++v) fill(v, g.preds[v]);
+    } else {
+      for (OpIdx v = n_ - 1; v >= 0; --v) fill(v, g.succs[v]);
+    }
+  }
+  const uint64_t* row(OpIdx v) const { return bits_.data() + static_cast<size_t>(v) * words_; }
+  int32_t count(OpIdx v) const {  // excluding v itself
+    int32_t c = 0;
+    const uint64_t* r = row(v);
+    for (int32_t w = 0; w < words_; ++w) c += std::popcount(r[w]);
+    return c - 1;
+  }
+  int32_t words() const { return words_; }
+
+ private:
+  void fill(OpIdx v, const std::vector<OpIdx>& from) {
+    uint64_t* r = bits_.data() + static_cast<size_t>(v) * words_;
+    r[v / 64] |= uint64_t{1} << (v % 64);
+    for (OpIdx u : from) {
+      const uint64_t* q = row(u);
+      for (int32_t w = 0; w < words_; ++w) r[w] |= q[w];
+    }
+  }
+  int32_t n_, words_;
+  std::vector<uint64_t> bits_;
+};
+
+}  // namespace
+
+AsapAlap asap_alap(const Graph& g) {
+  const int32_t n = g.num_ops();
+  AsapAlap r;
+  r.asap.resize(n);
+  r.alap.resize(n);
+  {
+    Reachability anc(g, true);
+    for (OpIdx v = 0; v < n; ++v) r.asap[v] = anc.count(v);
+  }
+  Reachability desc(g, false);
+  for (OpIdx v = 0; v < n; ++v) r.alap[v] = n - 1 - desc.count(v);
+  return r;
+}
+
+std::vector<OpIdx> key_points(const Graph& g) {
+  const int32_t n = g.num_ops();
+  constexpr int32_t kNone = std::numeric_limits<int32_t>::max();
+  // prefix_ok[i]: every op before position i has a successor at a position <= i.
+  // suffix_ok[i]: every op after position i has a predecessor at a position >= i.
+  std::vector<char> prefix_ok(n), suffix_ok(n);
+  int32_t max_min_succ = -1;  // max over ops before i of (position of their first successor)
+  for (OpIdx i = 0; i < n; ++i) {
+    prefix_ok[i] = max_min_succ <= i;
+    int32_t first_succ = kNone;
+    for (OpIdx s : g.succs[i]) first_succ = std::min(first_succ, s);
+    max_min_succ = std::max(max_min_succ, first_succ);
+  }
+  int32_t min_max_pred = kNone;  // min over ops after i of (position of their last predecessor)
+  for (OpIdx i = n - 1; i >= 0; --i) {
+    suffix_ok[i] = min_max_pred >= i;
+    int32_t last_pred = -1;
+    for (OpIdx p : g.preds[i]) last_pred = std::max(last_pred, p);
+    min_max_pred = std::min(min_max_pred, last_pred);
+  }
+  std::vector<OpIdx> keys;
+  for (OpIdx i = 0; i < n; ++i) {
+    if (prefix_ok[i] && suffix_ok[i]) keys.push_back(i);
+  }
+  return keys;
+}
+
+std::vector<OpIdx> key_points_quadratic(const Graph& g) {
+  const AsapAlap a = asap_alap(g);
+  std::vector<OpIdx> keys;
+  for (OpIdx v = 0; v < g.num_ops(); ++v) {
+    if (a.asap[v] == a.alap[v]) keys.push_back(v);
+  }
+  std::sort(keys.begin(), keys.end(), [&](OpIdx x, OpIdx y) { return a.asap[x] < a.asap[y]; });
+  return keys;
+}
+
+std::vector<StorageKind> storage_kinds(const Graph& g) {
+  std::vector<StorageKind> kinds(g.storages.size(), StorageKind::kTemporary);
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
+    const Storage& st = g.storages[s];
+    if (g.ops[st.producer].phase != Phase::kForward) continue;
+    for (OpIdx u : st.users) {
+      if (g.ops[u].phase == Phase::kBackward) {
+        kinds[s] = StorageKind::kActivation;
+        break;
+      }
+    }
+  }
+  return kinds;
+}
+
+std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
+  const int32_t n = g.num_ops();
+  std::vector<uint64_t> must_live(n, 0);
+  if (n == 0) return must_live;
+  const Reachability anc(g, true);
+  const Reachability desc(g, false);
+  const int32_t words = anc.words();
+  std::vector<uint64_t> span(words);
+  for (const Storage& st : g.storages) {
+    const uint64_t size = align_up(st.size, alignment);
+    // Ops v with producer <= v (descendants of the producer) and v <= some user (ancestors of
+    // a user); all of them lie between the producer's and the last user's positions.
+    const OpIdx lo = st.producer;
+    const OpIdx hi = st.graph_output ? n - 1 : st.users.back();
+    const int32_t w0 = lo / 64, w1 = hi / 64;
+    const uint64_t* d = desc.row(st.producer);
+    if (st.graph_output) {
+      for (int32_t w = w0; w <= w1; ++w) span[w] = d[w];
+    } else {
+      for (int32_t w = w0; w <= w1; ++w) span[w] = 0;
+      for (OpIdx u : st.users) {
+        const uint64_t* a = anc.row(u);
+        for (int32_t w = w0; w <= std::min(w1, u / 64); ++w) span[w] |= a[w];
+      }
+      for (int32_t w = w0; w <= w1; ++w) span[w] &= d[w];
+    }
+    for (int32_t w = w0; w <= w1; ++w) {
+      for (uint64_t bits = span[w]; bits != 0; bits &= bits - 1) {
+        must_live[w * 64 + std::countr_zero(bits)] += size;
+      }
+    }
+  }
+  return must_live;
+}
+
+uint64_t lower_bound(const Graph& g, uint64_t alignment) {
+  const auto per_op = lower_bound_per_op(g, alignment);
+  return per_op.empty() ? 0 : *std::max_element(per_op.begin(), per_op.end());
+}
+
+}  // namespace roam

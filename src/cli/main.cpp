@@ -1,0 +1,246 @@
+// The `roam` command: a thin shell over libroam.
+//
+// Exit status: 0 success; 1 `validate` found the plan invalid; 2 bad input (unreadable or
+// invalid graph/plan file, bad option); 3 internal error (a planner produced a plan that fails
+// validation: a bug, nothing is written).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "roam/analysis.h"
+#include "roam/graph.h"
+#include "roam/layout.h"
+#include "roam/order.h"
+#include "roam/plan.h"
+#include "roam/validate.h"
+
+namespace {
+
+constexpr int kExitInvalid = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternal = 3;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct InternalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+bool g_quiet = false;
+
+void progress(const std::string& msg) {
+  if (!g_quiet && ::isatty(STDERR_FILENO)) std::cerr << "roam: " << msg << "\n";
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / kMiB);
+  return buf;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Every plan roam prints or writes goes through the independent validator first.
+nlohmann::json checked_plan_json(const roam::Graph& g, const roam::Plan& plan) {
+  nlohmann::json doc = roam::plan_to_json(g, plan);
+  const roam::ValidationReport rep = roam::validate_plan(g, doc, "(generated plan)");
+  if (!rep.valid) {
+    throw InternalError("the " + plan.order_method + "/" + plan.layout_method +
+                        " plan fails validation: " + rep.problems.front());
+  }
+  return doc;
+}
+
+roam::Graph load(const std::string& path) {
+  progress("reading " + path);
+  roam::Graph g = roam::load_graph(path);
+  progress("graph " + g.name + ": " + std::to_string(g.ops.size()) + " ops, " +
+           std::to_string(g.storages.size()) + " storages");
+  return g;
+}
+
+int cmd_plan(const std::string& graph_path, const std::string& out_path,
+             const roam::PlanRequest& req) {
+  const roam::Graph g = load(graph_path);
+  progress("lower bound");
+  const uint64_t lb = roam::lower_bound(g, req.alignment);
+  progress("planning (order " + req.order + ", layout " + req.layout + ")");
+  const roam::PlanResult r = roam::make_plan(g, req, lb);
+  const nlohmann::json doc = checked_plan_json(g, r.plan);
+  if (!out_path.empty()) roam::write_json_file(out_path, doc, 1);
+  const roam::PlanStats& st = r.plan.stats;
+  std::cout << "graph          " << g.name << " (" << g.ops.size() << " ops, " << g.storages.size()
+            << " storages)\n"
+            << "method         order " << r.plan.order_method << ", layout " << r.plan.layout_method
+            << ", alignment " << req.alignment << " B\n"
+            << "resident       " << mib(st.resident_bytes) << " MiB\n"
+            << "Tp             " << mib(st.theoretical_peak_bytes) << " MiB\n"
+            << "arena          " << mib(st.arena_bytes) << " MiB\n";
+  if (r.reserved_bytes != st.arena_bytes) {
+    std::cout << "reserved       " << mib(r.reserved_bytes) << " MiB (caching-allocator segments)\n";
+  }
+  std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
+            << "lower bound    " << mib(st.lower_bound_bytes) << " MiB (Tp / bound = "
+            << (st.lower_bound_bytes ? fixed(static_cast<double>(st.theoretical_peak_bytes) /
+                                                 static_cast<double>(st.lower_bound_bytes), 4)
+                                     : std::string("n/a"))
+            << ")\n"
+            << "fragmentation  " << fixed(100.0 * st.fragmentation, 2) << " %\n"
+            << "seconds        " << fixed(st.solve_seconds, 3) << "\n";
+  if (!out_path.empty()) std::cout << "plan written to " << out_path << "\n";
+  return 0;
+}
+
+int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
+  const roam::Graph g = load(graph_path);
+  const nlohmann::json doc = roam::read_json_file(plan_path);
+  const roam::ValidationReport rep = roam::validate_plan(g, doc, plan_path);
+  if (!rep.valid) {
+    std::cout << "INVALID: " << plan_path << "\n";
+    for (const auto& p : rep.problems) std::cout << "  " << p << "\n";
+    return kExitInvalid;
+  }
+  const roam::PlanStats& st = rep.recomputed;
+  std::cout << "valid: " << plan_path << "\n"
+            << "resident " << mib(st.resident_bytes) << " MiB, Tp " << mib(st.theoretical_peak_bytes)
+            << " MiB, arena " << mib(st.arena_bytes) << " MiB, peak " << mib(st.peak_bytes)
+            << " MiB, lower bound " << mib(st.lower_bound_bytes) << " MiB, fragmentation "
+            << fixed(100.0 * st.fragmentation, 2) << " %\n";
+  return 0;
+}
+
+int cmd_compare(const std::string& graph_path, uint64_t alignment) {
+  const roam::Graph g = load(graph_path);
+  progress("lower bound");
+  const uint64_t lb = roam::lower_bound(g, alignment);
+  struct Row {
+    roam::PlanResult r;
+    uint64_t peak;  // resident + reserved: what the process holds
+  };
+  std::vector<Row> rows;
+  for (const std::string& order : roam::order_methods()) {
+    for (const std::string& layout : roam::layout_methods()) {
+      progress("planning " + order + " + " + layout);
+      roam::PlanResult r = roam::make_plan(g, {order, layout, alignment}, lb);
+      checked_plan_json(g, r.plan);
+      const uint64_t peak = g.resident_bytes + r.reserved_bytes;
+      rows.push_back({std::move(r), peak});
+    }
+  }
+  // The reference: PyTorch's eager order under its caching allocator.
+  uint64_t ref_peak = 0;
+  for (const Row& row : rows) {
+    if (row.r.plan.order_method == "program" && row.r.plan.layout_method == "pytorch") ref_peak = row.peak;
+  }
+  std::cout << "graph " << g.name << ": " << g.ops.size() << " ops, " << g.storages.size()
+            << " storages, resident " << mib(g.resident_bytes) << " MiB, lower bound " << mib(lb)
+            << " MiB, alignment " << alignment << " B\n";
+  std::printf("%-8s %-15s %10s %7s %10s %10s %10s %7s %8s %11s\n", "order", "layout", "Tp_MiB",
+              "Tp/LB", "arena_MiB", "resv_MiB", "peak_MiB", "frag_%", "seconds", "vs_pytorch");
+  for (const Row& row : rows) {
+    const roam::PlanStats& st = row.r.plan.stats;
+    const double ratio = lb ? static_cast<double>(st.theoretical_peak_bytes) / static_cast<double>(lb) : 1.0;
+    const double red = ref_peak ? 100.0 * (1.0 - static_cast<double>(row.peak) / static_cast<double>(ref_peak)) : 0.0;
+    std::printf("%-8s %-15s %10s %7.4f %10s %10s %10s %7.2f %8.3f %10.2f%%\n",
+                row.r.plan.order_method.c_str(), row.r.plan.layout_method.c_str(),
+                mib(st.theoretical_peak_bytes).c_str(), ratio, mib(st.arena_bytes).c_str(),
+                mib(row.r.reserved_bytes).c_str(), mib(row.peak).c_str(), 100.0 * st.fragmentation,
+                st.solve_seconds, red);
+  }
+  std::cout << "peak = resident + reserved (reserved = arena except for the pytorch caching "
+               "simulation); vs_pytorch = peak reduction against program + pytorch\n";
+  return 0;
+}
+
+uint64_t check_alignment(uint64_t a) {
+  if (a == 0 || (a & (a - 1)) != 0 || a > (uint64_t{1} << 20)) {
+    throw CLI::ValidationError("--alignment", "must be a power of two between 1 and 1048576 bytes");
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "roam: memory planner for one training step (operator order + arena layout), after ROAM "
+      "(arXiv 2310.19295).\n"
+      "Sizes are in bytes in files and MiB (2^20 bytes) on screen; times in seconds.\n"
+      "Exit status: 0 ok, 1 plan invalid (validate), 2 bad input or usage, 3 internal error."};
+  app.require_subcommand(1);
+  app.add_flag("-q,--quiet", g_quiet, "no progress messages on stderr");
+
+  std::string graph_path, plan_path, out_path;
+  roam::PlanRequest req;
+  const std::string order_help = "operator order: auto (best Tp of the baselines), " +
+                                 join(roam::order_methods());
+  const std::string layout_help = "arena layout: auto (smallest arena of the planners), " +
+                                  join(roam::layout_methods());
+
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "Plan GRAPH (roam-graph v1, .json or .json.gz): choose an order and an offset for every "
+      "storage, validate the plan, print resident / Tp / arena / peak / lower bound (MiB), "
+      "fragmentation (%) and seconds, and write the plan (roam-plan v1) with -o.");
+  plan->add_option("GRAPH", graph_path, "graph file")->required();
+  plan->add_option("-o,--output", out_path, "plan file to write (.json or .json.gz); written "
+                                            "atomically, never when the plan is invalid");
+  plan->add_option("--order", req.order, order_help)->capture_default_str();
+  plan->add_option("--layout", req.layout, layout_help)->capture_default_str();
+  plan->add_option("--alignment", req.alignment, "bytes every size and offset is rounded to "
+                                                 "(power of two)")->capture_default_str();
+
+  CLI::App* validate = app.add_subcommand(
+      "validate",
+      "Check PLAN against GRAPH: order respects every dependency, offsets aligned and no two "
+      "live storages overlap, stats equal the recount. Exit 0 valid, 1 invalid (first problems "
+      "listed), 2 unreadable.");
+  validate->add_option("GRAPH", graph_path, "graph file")->required();
+  validate->add_option("PLAN", plan_path, "plan file")->required();
+
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "One row per order x layout on GRAPH (MiB, seconds), each row's peak reduction against "
+      "the pytorch row (program order + caching-allocator simulation).");
+  compare->add_option("GRAPH", graph_path, "graph file")->required();
+  compare->add_option("--alignment", req.alignment, "bytes (power of two)")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+    check_alignment(req.alignment);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitBadInput;
+  }
+
+  try {
+    if (*plan) return cmd_plan(graph_path, out_path, req);
+    if (*validate) return cmd_validate(graph_path, plan_path);
+    if (*compare) return cmd_compare(graph_path, req.alignment);
+  } catch (const roam::InputError& e) {
+    std::cerr << "roam: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "roam: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const InternalError& e) {
+    std::cerr << "roam: internal error (a bug, nothing written): " << e.what() << "\n";
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    std::cerr << "roam: error: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  return kExitBadInput;
+}

@@ -1,0 +1,481 @@
+// Parsing and validation of roam-graph v1 (GRAPH_FORMAT.md), and the derived structure
+// (storages, dependency edges) that every planner shares.
+#include "roam/graph.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace roam {
+
+namespace {
+
+using nlohmann::json;
+
+// Largest total of tensor sizes we accept. Rounding every storage up to an alignment of up to
+// 2^20 bytes then cannot overflow uint64 for any graph with fewer than 2^40 tensors.
+constexpr uint64_t kMaxTotalBytes = uint64_t{1} << 62;
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+struct Ctx {
+  const std::string& file;
+  [[noreturn]] void fail(const std::string& field, const std::string& id,
+                         const std::string& message) const {
+    throw InputError(file, field, id, message);
+  }
+};
+
+const json& require(const Ctx& c, const json& obj, const char* key, const std::string& field,
+                    const std::string& id) {
+  auto it = obj.find(key);
+  if (it == obj.end()) c.fail(field + "." + key, id, "missing required field");
+  return *it;
+}
+
+std::string require_string(const Ctx& c, const json& obj, const char* key,
+                           const std::string& field, const std::string& id) {
+  const json& v = require(c, obj, key, field, id);
+  if (!v.is_string()) c.fail(field + "." + key, id, "must be a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+std::string optional_string(const Ctx& c, const json& obj, const char* key,
+                            const std::string& field, const std::string& id) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return {};
+  if (!it->is_string()) c.fail(field + "." + key, id, "must be a string, got " + it->dump());
+  return it->get<std::string>();
+}
+
+const json& require_array(const Ctx& c, const json& obj, const char* key,
+                          const std::string& field, const std::string& id, bool optional) {
+  static const json kEmpty = json::array();
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (optional) return kEmpty;
+    c.fail(field + "." + key, id, "missing required field");
+  }
+  if (!it->is_array()) c.fail(field + "." + key, id, "must be an array, got " + it->dump());
+  return *it;
+}
+
+uint64_t parse_size(const Ctx& c, const json& v, const std::string& field, const std::string& id) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) {
+    c.fail(field, id, "size must be a non-negative integer number of bytes, got " + v.dump());
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d < 0) c.fail(field, id, "size must be non-negative, got " + v.dump());
+    if (d != static_cast<double>(static_cast<uint64_t>(d)) || d >= 18446744073709551616.0) {
+      c.fail(field, id, "size must be an integer number of bytes that fits in 64 bits, got " +
+                            v.dump());
+    }
+    c.fail(field, id, "size must be written as an integer, got " + v.dump());
+  }
+  c.fail(field, id, "size must be a number of bytes, got " + v.dump());
+}
+
+Role parse_role(const Ctx& c, const std::string& s, const std::string& field,
+                const std::string& id) {
+  if (s == "param") return Role::kParam;
+  if (s == "buffer") return Role::kBuffer;
+  if (s == "optimizer_state") return Role::kOptimizerState;
+  if (s == "constant") return Role::kConstant;
+  if (s == "input") return Role::kInput;
+  c.fail(field, id,
+         "unknown role " + quote(s) + " (expected param, buffer, optimizer_state, constant, input)");
+}
+
+Phase parse_phase(const Ctx& c, const std::string& s, const std::string& field,
+                  const std::string& id) {
+  if (s.empty() || s == "other") return Phase::kOther;
+  if (s == "forward") return Phase::kForward;
+  if (s == "backward") return Phase::kBackward;
+  if (s == "update") return Phase::kUpdate;
+  c.fail(field, id, "unknown phase " + quote(s) + " (expected forward, backward, update, other)");
+}
+
+// Reports a dependency cycle among the ops left over by Kahn's algorithm.
+[[noreturn]] void fail_cycle(const Ctx& c, const Graph& g, const std::vector<int32_t>& indegree) {
+  // Every leftover op has a leftover predecessor: walk predecessors until one repeats.
+  OpIdx start = -1;
+  for (OpIdx v = 0; v < g.num_ops(); ++v) {
+    if (indegree[v] > 0) { start = v; break; }
+  }
+  std::vector<int32_t> seen_at(g.ops.size(), -1);
+  std::vector<OpIdx> path;
+  OpIdx v = start;
+  while (seen_at[v] < 0) {
+    seen_at[v] = static_cast<int32_t>(path.size());
+    path.push_back(v);
+    OpIdx next = -1;
+    for (OpIdx p : g.preds[v]) {
+      if (indegree[p] > 0) { next = p; break; }
+    }
+    v = next;
+  }
+  std::vector<OpIdx> cycle(path.begin() + seen_at[v], path.end());
+  std::reverse(cycle.begin(), cycle.end());  // predecessor first
+  std::ostringstream os;
+  os << "dependency cycle through " << cycle.size() << " op(s): ";
+  for (OpIdx u : cycle) os << g.ops[u].id << " -> ";
+  os << g.ops[cycle.front()].id;
+  c.fail("ops", g.ops[cycle.front()].id, os.str());
+}
+
+void finalize(Graph& g, const Ctx& c) {
+  const auto nt = static_cast<int32_t>(g.tensors.size());
+  const int32_t n = g.num_ops();
+
+  // Resolve alias chains to roots, rejecting cycles.
+  std::vector<int8_t> state(nt, 0);  // 0 unvisited, 1 on stack, 2 done
+  for (TensorIdx t = 0; t < nt; ++t) {
+    if (state[t] == 2) continue;
+    std::vector<TensorIdx> chain;
+    TensorIdx u = t;
+    while (u >= 0 && state[u] == 0) {
+      state[u] = 1;
+      chain.push_back(u);
+      u = g.tensors[u].alias_of;
+    }
+    if (u >= 0 && state[u] == 1) {
+      std::ostringstream os;
+      os << "alias cycle: ";
+      auto pos = std::find(chain.begin(), chain.end(), u);
+      for (auto it = pos; it != chain.end(); ++it) os << g.tensors[*it].id << " -> ";
+      os << g.tensors[u].id;
+      c.fail("tensors.alias_of", g.tensors[u].id, os.str());
+    }
+    TensorIdx root = u >= 0 ? g.tensors[u].root : chain.back();
+    for (TensorIdx w : chain) {
+      g.tensors[w].root = root;
+      state[w] = 2;
+    }
+  }
+
+  // Producer and role rules.
+  uint64_t total = 0;
+  for (TensorIdx t = 0; t < nt; ++t) {
+    const Tensor& x = g.tensors[t];
+    if (x.role != Role::kNone && x.producer >= 0) {
+      c.fail("tensors.role", x.id,
+             "tensor has role " + quote(to_string(x.role)) + " but is produced by op " +
+                 quote(g.ops[x.producer].id) + " (a role is only for graph inputs)");
+    }
+    if (x.alias_of < 0 && x.role == Role::kNone && x.producer < 0) {
+      c.fail("tensors.role", x.id,
+             "root tensor has no producer and no role (every non-resident root needs exactly "
+             "one producing op)");
+    }
+    if (x.alias_of < 0 && (__builtin_add_overflow(total, x.size, &total) || total > kMaxTotalBytes)) {
+      c.fail("tensors.size", x.id, "sizes overflow when summed (total exceeds 2^62 bytes)");
+    }
+  }
+
+  // Dependency edges: an op depends on the nearest producer along the alias chain of every
+  // tensor it reads, and of the base of every alias it produces; plus `after` edges.
+  g.preds.assign(n, {});
+  g.succs.assign(n, {});
+  auto nearest_producer = [&](TensorIdx t) {
+    while (t >= 0 && g.tensors[t].producer < 0) t = g.tensors[t].alias_of;
+    return t >= 0 ? g.tensors[t].producer : OpIdx{-1};
+  };
+  for (OpIdx v = 0; v < n; ++v) {
+    auto& p = g.preds[v];
+    for (TensorIdx t : g.ops[v].inputs) {
+      OpIdx u = nearest_producer(t);
+      if (u >= 0) p.push_back(u);
+    }
+    for (TensorIdx t : g.ops[v].outputs) {
+      OpIdx u = nearest_producer(g.tensors[t].alias_of);
+      if (u >= 0) p.push_back(u);
+    }
+    for (OpIdx u : g.ops[v].after) p.push_back(u);
+    std::sort(p.begin(), p.end());
+    p.erase(std::unique(p.begin(), p.end()), p.end());
+    for (OpIdx u : p) g.succs[u].push_back(v);
+  }
+
+  // Kahn's algorithm detects dependency cycles.
+  std::vector<int32_t> indegree(n);
+  std::vector<OpIdx> ready;
+  for (OpIdx v = 0; v < n; ++v) {
+    indegree[v] = static_cast<int32_t>(g.preds[v].size());
+    if (indegree[v] == 0) ready.push_back(v);
+  }
+  int32_t done = 0;
+  while (!ready.empty()) {
+    OpIdx v = ready.back();
+    ready.pop_back();
+    ++done;
+    for (OpIdx w : g.succs[v]) {
+      if (--indegree[w] == 0) ready.push_back(w);
+    }
+  }
+  if (done != n) fail_cycle(c, g, indegree);
+  // The file order is the program order, the order the framework ran: it must be valid.
+  for (OpIdx v = 0; v < n; ++v) {
+    for (OpIdx u : g.preds[v]) {
+      if (u > v) {
+        c.fail("ops[" + std::to_string(v) + "]", g.ops[v].id,
+               "op is listed before op " + quote(g.ops[u].id) +
+                   " that it depends on (the file order is the program order and must respect "
+                   "every data and after edge)");
+      }
+    }
+  }
+
+  // Storages: non-resident roots of non-zero size, in program order of their producers.
+  g.resident_bytes = 0;
+  g.storage_of.assign(nt, -1);
+  g.storages.clear();
+  for (TensorIdx t = 0; t < nt; ++t) {
+    const Tensor& x = g.tensors[t];
+    if (x.alias_of < 0 && x.role != Role::kNone) g.resident_bytes += x.size;
+  }
+  std::vector<StorageIdx> storage_of_root(nt, -1);
+  for (OpIdx v = 0; v < n; ++v) {
+    for (TensorIdx t : g.ops[v].outputs) {
+      const Tensor& x = g.tensors[t];
+      if (x.alias_of >= 0 || x.size == 0) continue;
+      storage_of_root[t] = static_cast<StorageIdx>(g.storages.size());
+      Storage s;
+      s.root = t;
+      s.size = x.size;
+      s.producer = v;
+      g.storages.push_back(std::move(s));
+    }
+  }
+  for (TensorIdx t = 0; t < nt; ++t) g.storage_of[t] = storage_of_root[g.tensors[t].root];
+
+  g.op_storages.assign(n, {});
+  for (OpIdx v = 0; v < n; ++v) {
+    auto& ss = g.op_storages[v];
+    for (TensorIdx t : g.ops[v].inputs) {
+      if (g.storage_of[t] >= 0) ss.push_back(g.storage_of[t]);
+    }
+    for (TensorIdx t : g.ops[v].outputs) {
+      if (g.storage_of[t] >= 0) ss.push_back(g.storage_of[t]);
+    }
+    std::sort(ss.begin(), ss.end());
+    ss.erase(std::unique(ss.begin(), ss.end()), ss.end());
+    for (StorageIdx s : ss) g.storages[s].users.push_back(v);
+  }
+  for (TensorIdx t : g.outputs) {
+    if (g.storage_of[t] >= 0) g.storages[g.storage_of[t]].graph_output = true;
+  }
+}
+
+}  // namespace
+
+const char* to_string(Role role) {
+  switch (role) {
+    case Role::kNone: return "";
+    case Role::kParam: return "param";
+    case Role::kBuffer: return "buffer";
+    case Role::kOptimizerState: return "optimizer_state";
+    case Role::kConstant: return "constant";
+    case Role::kInput: return "input";
+  }
+  return "";
+}
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kUpdate: return "update";
+    case Phase::kOther: return "other";
+  }
+  return "other";
+}
+
+InputError::InputError(const std::string& file, const std::string& field, const std::string& id,
+                       const std::string& message)
+    : std::runtime_error(file + ": field " + field + (id.empty() ? "" : " (id " + quote(id) + ")") +
+                         ": " + message),
+      file_(file), field_(field), id_(id) {}
+
+Order Graph::program_order() const {
+  Order order(ops.size());
+  for (OpIdx v = 0; v < num_ops(); ++v) order[v] = v;
+  return order;
+}
+
+Graph parse_graph(const json& doc, const std::string& file) {
+  const Ctx c{file};
+  if (!doc.is_object()) c.fail("(document)", "", "must be a JSON object");
+  const std::string format = require_string(c, doc, "format", "", "");
+  if (format != "roam-graph") c.fail("format", "", "expected \"roam-graph\", got " + quote(format));
+  const json& version = require(c, doc, "version", "", "");
+  if (!version.is_number_integer() || version.get<int64_t>() != 1) {
+    c.fail("version", "", "unsupported version " + version.dump() + " (this reader takes 1)");
+  }
+
+  Graph g;
+  g.name = optional_string(c, doc, "name", "", "");
+  if (auto it = doc.find("meta"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) c.fail("meta", "", "must be an object");
+    g.meta = *it;
+  }
+
+  // Tensors.
+  const json& tensors = require_array(c, doc, "tensors", "", "", false);
+  g.tensors.reserve(tensors.size());
+  std::vector<std::string> alias_names(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const json& jt = tensors[i];
+    const std::string field = "tensors[" + std::to_string(i) + "]";
+    if (!jt.is_object()) c.fail(field, "", "must be an object");
+    Tensor t;
+    t.id = require_string(c, jt, "id", field, "");
+    t.size = parse_size(c, require(c, jt, "size", field, t.id), field + ".size", t.id);
+    const std::string role = optional_string(c, jt, "role", field, t.id);
+    if (!role.empty()) t.role = parse_role(c, role, field + ".role", t.id);
+    alias_names[i] = optional_string(c, jt, "alias_of", field, t.id);
+    t.name = optional_string(c, jt, "name", field, t.id);
+    t.dtype = optional_string(c, jt, "dtype", field, t.id);
+    if (auto it = jt.find("shape"); it != jt.end() && it->is_array()) {
+      for (const json& d : *it) {
+        if (d.is_number_integer()) t.shape.push_back(d.get<int64_t>());
+      }
+    }
+    if (!g.tensor_index.emplace(t.id, static_cast<TensorIdx>(i)).second) {
+      c.fail(field + ".id", t.id, "duplicate tensor id");
+    }
+    g.tensors.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (alias_names[i].empty()) continue;
+    auto it = g.tensor_index.find(alias_names[i]);
+    if (it == g.tensor_index.end()) {
+      c.fail("tensors[" + std::to_string(i) + "].alias_of", g.tensors[i].id,
+             "unknown tensor id " + quote(alias_names[i]));
+    }
+    g.tensors[i].alias_of = it->second;
+  }
+
+  // Ops.
+  const json& ops = require_array(c, doc, "ops", "", "", false);
+  g.ops.reserve(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const json& jo = ops[i];
+    const std::string field = "ops[" + std::to_string(i) + "]";
+    if (!jo.is_object()) c.fail(field, "", "must be an object");
+    Op op;
+    op.id = require_string(c, jo, "id", field, "");
+    if (!g.op_index.emplace(op.id, static_cast<OpIdx>(i)).second) {
+      c.fail(field + ".id", op.id, "duplicate op id");
+    }
+    op.target = optional_string(c, jo, "target", field, op.id);
+    op.phase = parse_phase(c, optional_string(c, jo, "phase", field, op.id), field + ".phase", op.id);
+    if (auto it = jo.find("cost"); it != jo.end() && !it->is_null()) {
+      if (!it->is_number() || it->get<double>() < 0) {
+        c.fail(field + ".cost", op.id, "must be a non-negative number of seconds, got " + it->dump());
+      }
+      op.cost = it->get<double>();
+    }
+    for (const char* key : {"inputs", "outputs"}) {
+      const json& arr = require_array(c, jo, key, field, op.id, true);
+      auto& dst = std::string(key) == "inputs" ? op.inputs : op.outputs;
+      for (const json& ref : arr) {
+        if (!ref.is_string()) c.fail(field + "." + key, op.id, "entries must be tensor ids");
+        auto it = g.tensor_index.find(ref.get<std::string>());
+        if (it == g.tensor_index.end()) {
+          c.fail(field + "." + key, op.id, "unknown tensor id " + quote(ref.get<std::string>()));
+        }
+        dst.push_back(it->second);
+      }
+    }
+    g.ops.push_back(std::move(op));
+  }
+  // `after` refers to ops by id, possibly later in the file; resolve in a second pass.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const std::string field = "ops[" + std::to_string(i) + "].after";
+    for (const json& ref : require_array(c, ops[i], "after", field, g.ops[i].id, true)) {
+      if (!ref.is_string()) c.fail(field, g.ops[i].id, "entries must be op ids");
+      auto it = g.op_index.find(ref.get<std::string>());
+      if (it == g.op_index.end()) {
+        c.fail(field, g.ops[i].id, "unknown op id " + quote(ref.get<std::string>()));
+      }
+      g.ops[i].after.push_back(it->second);
+    }
+  }
+  // Producers: at most one per tensor.
+  for (OpIdx v = 0; v < g.num_ops(); ++v) {
+    for (TensorIdx t : g.ops[v].outputs) {
+      Tensor& x = g.tensors[t];
+      if (x.producer >= 0) {
+        c.fail("ops[" + std::to_string(v) + "].outputs", g.ops[v].id,
+               "tensor " + quote(x.id) + " already produced by op " + quote(g.ops[x.producer].id) +
+                   " (a tensor has exactly one producer)");
+      }
+      x.producer = v;
+    }
+  }
+
+  for (const json& ref : require_array(c, doc, "outputs", "", "", true)) {
+    if (!ref.is_string()) c.fail("outputs", "", "entries must be tensor ids");
+    auto it = g.tensor_index.find(ref.get<std::string>());
+    if (it == g.tensor_index.end()) {
+      c.fail("outputs", ref.get<std::string>(), "unknown tensor id " + quote(ref.get<std::string>()));
+    }
+    g.outputs.push_back(it->second);
+  }
+
+  finalize(g, c);
+  return g;
+}
+
+json graph_to_json(const Graph& g) {
+  json doc;
+  doc["format"] = "roam-graph";
+  doc["version"] = 1;
+  doc["name"] = g.name;
+  doc["meta"] = g.meta;
+  json tensors = json::array();
+  for (const Tensor& t : g.tensors) {
+    json jt;
+    jt["id"] = t.id;
+    jt["size"] = t.size;
+    if (t.role != Role::kNone) jt["role"] = to_string(t.role);
+    if (t.alias_of >= 0) jt["alias_of"] = g.tensors[t.alias_of].id;
+    if (!t.name.empty()) jt["name"] = t.name;
+    if (!t.dtype.empty()) jt["dtype"] = t.dtype;
+    if (!t.shape.empty()) jt["shape"] = t.shape;
+    tensors.push_back(std::move(jt));
+  }
+  doc["tensors"] = std::move(tensors);
+  json ops = json::array();
+  for (const Op& op : g.ops) {
+    json jo;
+    jo["id"] = op.id;
+    jo["target"] = op.target;
+    jo["phase"] = to_string(op.phase);
+    auto ids = [&](const std::vector<TensorIdx>& v) {
+      json a = json::array();
+      for (TensorIdx t : v) a.push_back(g.tensors[t].id);
+      return a;
+    };
+    jo["inputs"] = ids(op.inputs);
+    jo["outputs"] = ids(op.outputs);
+    if (!op.after.empty()) {
+      json a = json::array();
+      for (OpIdx u : op.after) a.push_back(g.ops[u].id);
+      jo["after"] = std::move(a);
+    }
+    if (op.cost) jo["cost"] = *op.cost;
+    ops.push_back(std::move(jo));
+  }
+  doc["ops"] = std::move(ops);
+  json outs = json::array();
+  for (TensorIdx t : g.outputs) outs.push_back(g.tensors[t].id);
+  doc["outputs"] = std::move(outs);
+  return doc;
+}
+
+Graph load_graph(const std::string& path) { return parse_graph(read_json_file(path), path); }
+
+}  // namespace roam

@@ -1,0 +1,77 @@
+// One planning request: order, then layout, then stats.
+#include <chrono>
+
+#include "roam/analysis.h"
+#include "roam/layout.h"
+#include "roam/order.h"
+#include "roam/plan.h"
+
+namespace roam {
+
+namespace {
+
+Order choose_order(const Graph& g, const std::string& method, uint64_t alignment,
+                   std::string& chosen) {
+  if (method != "auto") {
+    chosen = method;
+    return make_order(g, method, alignment);
+  }
+  Order best;
+  uint64_t best_tp = 0;
+  bool have = false;
+  for (const std::string& m : order_methods()) {
+    Order o = make_order(g, m, alignment);
+    const uint64_t tp = theoretical_peak(g, o, alignment);
+    if (!have || tp < best_tp) {
+      best = std::move(o);
+      best_tp = tp;
+      chosen = m;
+      have = true;
+    }
+  }
+  return best;
+}
+
+Layout choose_layout(const Graph& g, const Liveness& live, const std::string& method,
+                     uint64_t alignment, std::string& chosen) {
+  if (method != "auto") {
+    chosen = method;
+    return make_layout(g, live, method, alignment);
+  }
+  Layout best;
+  bool have = false;
+  for (const std::string& m : layout_methods()) {
+    if (m == "pytorch") continue;  // a simulation of what PyTorch does, not a planner
+    Layout l = make_layout(g, live, m, alignment);
+    if (!have || l.reserved_bytes < best.reserved_bytes) {
+      best = std::move(l);
+      chosen = m;
+      have = true;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+PlanResult make_plan(const Graph& g, const PlanRequest& req, uint64_t lower_bound_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult r;
+  Plan& p = r.plan;
+  p.graph = g.name;
+  p.alignment = req.alignment;
+  p.order = choose_order(g, req.order, req.alignment, p.order_method);
+  const Liveness live = compute_liveness(g, p.order);
+  Layout layout = choose_layout(g, live, req.layout, req.alignment, p.layout_method);
+  p.offsets = std::move(layout.offsets);
+  r.reserved_bytes = layout.reserved_bytes;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  p.stats = compute_stats(g, p.order, p.offsets, req.alignment, lower_bound_bytes, seconds);
+  if (req.order == "auto" || req.layout == "auto") {
+    p.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
+  }
+  return r;
+}
+
+}  // namespace roam
