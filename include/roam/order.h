@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "roam/graph.h"
+#include "roam/options.h"
 
 namespace roam {
 
@@ -19,10 +20,25 @@ Order order_program(const Graph& g);
 /// Sizes rounded up to `alignment` bytes. O(n * ready * degree).
 Order order_lescea(const Graph& g, uint64_t alignment);
 
+/// PyTorch Inductor's peak-memory topological sorts (torch/_inductor/memory.py), the orders a
+/// user of torch.compile gets today:
+/// - lpmf (least peak memory first): among ready ops, the lexicographic minimum of
+///   (max(running peak, live + new outputs), live bytes after the op, program position);
+/// - bfs: a ready op's priority is the sorted list of its predecessors' steps; the smallest
+///   (lexicographically) runs next, ties by program position;
+/// - dfs: depth-first post-order, visiting ops and their predecessors in increasing order of the
+///   bytes they read and write (ties by program position).
+Order order_lpmf(const Graph& g, uint64_t alignment);
+Order order_bfs(const Graph& g);
+Order order_dfs(const Graph& g, uint64_t alignment);
+
 /// Names accepted by make_order, in display order.
 const std::vector<std::string>& order_methods();
 
 /// Dispatches on a method name. Throws std::invalid_argument for an unknown name.
-Order make_order(const Graph& g, const std::string& method, uint64_t alignment);
+Order make_order(const Graph& g, const std::string& method, const PlanOptions& options);
+inline Order make_order(const Graph& g, const std::string& method, uint64_t alignment) {
+  return make_order(g, method, PlanOptions{alignment});
+}
 
 }  // namespace roam

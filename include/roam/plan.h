@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "roam/graph.h"
+#include "roam/options.h"
 
 namespace roam {
 
@@ -50,7 +51,7 @@ namespace roam {
 struct PlanRequest {
   std::string order = "auto";
   std::string layout = "auto";
-  uint64_t alignment = 64;              // bytes, a power of two
+  PlanOptions options;
 };
 
 struct PlanResult {
@@ -59,7 +60,7 @@ struct PlanResult {
 };
 
 /// Orders, lays out and fills the stats (solve_seconds = order + layout wall time, seconds).
-/// `lower_bound_bytes` is computed by the caller (lower_bound(g, alignment)) so that it can be
+/// `lower_bound_bytes` is computed by the caller (lower_bound(g, options.alignment)) so that it can be
 /// shared across requests. Throws std::invalid_argument for an unknown method name.
 PlanResult make_plan(const Graph& g, const PlanRequest& request, uint64_t lower_bound_bytes);
 

@@ -75,7 +75,7 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
              const roam::PlanRequest& req) {
   const roam::Graph g = load(graph_path);
   progress("lower bound");
-  const uint64_t lb = roam::lower_bound(g, req.alignment);
+  const uint64_t lb = roam::lower_bound(g, req.options.alignment);
   progress("planning (order " + req.order + ", layout " + req.layout + ")");
   const roam::PlanResult r = roam::make_plan(g, req, lb);
   const nlohmann::json doc = checked_plan_json(g, r.plan);
@@ -84,7 +84,7 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   std::cout << "graph          " << g.name << " (" << g.ops.size() << " ops, " << g.storages.size()
             << " storages)\n"
             << "method         order " << r.plan.order_method << ", layout " << r.plan.layout_method
-            << ", alignment " << req.alignment << " B\n"
+            << ", alignment " << req.options.alignment << " B\n"
             << "resident       " << mib(st.resident_bytes) << " MiB\n"
             << "Tp             " << mib(st.theoretical_peak_bytes) << " MiB\n"
             << "arena          " << mib(st.arena_bytes) << " MiB\n";
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
                                             "atomically, never when the plan is invalid");
   plan->add_option("--order", req.order, order_help)->capture_default_str();
   plan->add_option("--layout", req.layout, layout_help)->capture_default_str();
-  plan->add_option("--alignment", req.alignment, "bytes every size and offset is rounded to "
+  plan->add_option("--alignment", req.options.alignment, "bytes every size and offset is rounded to "
                                                  "(power of two)")->capture_default_str();
 
   CLI::App* validate = app.add_subcommand(
@@ -215,11 +215,11 @@ int main(int argc, char** argv) {
       "One row per order x layout on GRAPH (MiB, seconds), each row's peak reduction against "
       "the pytorch row (program order + caching-allocator simulation).");
   compare->add_option("GRAPH", graph_path, "graph file")->required();
-  compare->add_option("--alignment", req.alignment, "bytes (power of two)")->capture_default_str();
+  compare->add_option("--alignment", req.options.alignment, "bytes (power of two)")->capture_default_str();
 
   try {
     app.parse(argc, argv);
-    check_alignment(req.alignment);
+    check_alignment(req.options.alignment);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
   try {
     if (*plan) return cmd_plan(graph_path, out_path, req);
     if (*validate) return cmd_validate(graph_path, plan_path);
-    if (*compare) return cmd_compare(graph_path, req.alignment);
+    if (*compare) return cmd_compare(graph_path, req.options.alignment);
   } catch (const roam::InputError& e) {
     std::cerr << "roam: error: " << e.what() << "\n";
     return kExitBadInput;

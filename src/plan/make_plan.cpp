@@ -10,17 +10,18 @@ namespace roam {
 
 namespace {
 
-Order choose_order(const Graph& g, const std::string& method, uint64_t alignment,
+Order choose_order(const Graph& g, const std::string& method, const PlanOptions& options,
                    std::string& chosen) {
+  const uint64_t alignment = options.alignment;
   if (method != "auto") {
     chosen = method;
-    return make_order(g, method, alignment);
+    return make_order(g, method, options);
   }
   Order best;
   uint64_t best_tp = 0;
   bool have = false;
   for (const std::string& m : order_methods()) {
-    Order o = make_order(g, m, alignment);
+    Order o = make_order(g, m, options);
     const uint64_t tp = theoretical_peak(g, o, alignment);
     if (!have || tp < best_tp) {
       best = std::move(o);
@@ -33,7 +34,8 @@ Order choose_order(const Graph& g, const std::string& method, uint64_t alignment
 }
 
 Layout choose_layout(const Graph& g, const Liveness& live, const std::string& method,
-                     uint64_t alignment, std::string& chosen) {
+                     const PlanOptions& options, std::string& chosen) {
+  const uint64_t alignment = options.alignment;
   if (method != "auto") {
     chosen = method;
     return make_layout(g, live, method, alignment);
@@ -59,18 +61,19 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, uint64_t lower_boun
   PlanResult r;
   Plan& p = r.plan;
   p.graph = g.name;
-  p.alignment = req.alignment;
-  p.order = choose_order(g, req.order, req.alignment, p.order_method);
+  p.alignment = req.options.alignment;
+  p.order = choose_order(g, req.order, req.options, p.order_method);
   const Liveness live = compute_liveness(g, p.order);
-  Layout layout = choose_layout(g, live, req.layout, req.alignment, p.layout_method);
+  Layout layout = choose_layout(g, live, req.layout, req.options, p.layout_method);
   p.offsets = std::move(layout.offsets);
   r.reserved_bytes = layout.reserved_bytes;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  p.stats = compute_stats(g, p.order, p.offsets, req.alignment, lower_bound_bytes, seconds);
+  p.stats = compute_stats(g, p.order, p.offsets, req.options.alignment, lower_bound_bytes, seconds);
   if (req.order == "auto" || req.layout == "auto") {
     p.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
   }
+  if (!req.options.extra.empty()) p.options["extra"] = req.options.extra;
   return r;
 }
 
