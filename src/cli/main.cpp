@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -16,23 +17,39 @@
 #include "roam/order.h"
 #include "roam/plan.h"
 #include "roam/validate.h"
+#include "verbs.h"
+
+namespace roam::cli {
 
 namespace {
-
-constexpr int kExitInvalid = 1;
-constexpr int kExitBadInput = 2;
-constexpr int kExitInternal = 3;
-constexpr double kMiB = 1024.0 * 1024.0;
-
-struct InternalError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 bool g_quiet = false;
+
+std::vector<std::pair<int, VerbAdder>>& verb_registry() {
+  static std::vector<std::pair<int, VerbAdder>> registry;
+  return registry;
+}
+}  // namespace
 
 void progress(const std::string& msg) {
   if (!g_quiet && ::isatty(STDERR_FILENO)) std::cerr << "roam: " << msg << "\n";
 }
+
+bool register_verb(int rank, VerbAdder adder) {
+  verb_registry().emplace_back(rank, adder);
+  return true;
+}
+
+}  // namespace roam::cli
+
+namespace {
+
+using roam::cli::InternalError;
+using roam::cli::kExitBadInput;
+using roam::cli::kExitInternal;
+using roam::cli::kExitInvalid;
+using roam::cli::progress;
+
+constexpr double kMiB = 1024.0 * 1024.0;
 
 std::string mib(uint64_t bytes) {
   char buf[32];
@@ -121,7 +138,8 @@ int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
   return 0;
 }
 
-int cmd_compare(const std::string& graph_path, uint64_t alignment) {
+int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options) {
+  const uint64_t alignment = options.alignment;
   const roam::Graph g = load(graph_path);
   progress("lower bound");
   const uint64_t lb = roam::lower_bound(g, alignment);
@@ -133,7 +151,7 @@ int cmd_compare(const std::string& graph_path, uint64_t alignment) {
   for (const std::string& order : roam::order_methods()) {
     for (const std::string& layout : roam::layout_methods()) {
       progress("planning " + order + " + " + layout);
-      roam::PlanResult r = roam::make_plan(g, {order, layout, alignment}, lb);
+      roam::PlanResult r = roam::make_plan(g, {order, layout, options}, lb);
       checked_plan_json(g, r.plan);
       const uint64_t peak = g.resident_bytes + r.reserved_bytes;
       rows.push_back({std::move(r), peak});
@@ -180,7 +198,7 @@ int main(int argc, char** argv) {
       "Sizes are in bytes in files and MiB (2^20 bytes) on screen; times in seconds.\n"
       "Exit status: 0 ok, 1 plan invalid (validate), 2 bad input or usage, 3 internal error."};
   app.require_subcommand(1);
-  app.add_flag("-q,--quiet", g_quiet, "no progress messages on stderr");
+  app.add_flag("-q,--quiet", roam::cli::g_quiet, "no progress messages on stderr");
 
   std::string graph_path, plan_path, out_path;
   roam::PlanRequest req;
@@ -201,6 +219,12 @@ int main(int argc, char** argv) {
   plan->add_option("--layout", req.layout, layout_help)->capture_default_str();
   plan->add_option("--alignment", req.options.alignment, "bytes every size and offset is rounded to "
                                                  "(power of two)")->capture_default_str();
+  plan->add_option("--threads", req.options.threads,
+                   "worker threads of the roam planners (the plan is the same for any count)")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  plan->add_option("--time-limit", req.options.time_limit_seconds,
+                   "wall-clock budget of the roam planners, seconds")
+      ->check(CLI::PositiveNumber)->capture_default_str();
 
   CLI::App* validate = app.add_subcommand(
       "validate",
@@ -216,6 +240,20 @@ int main(int argc, char** argv) {
       "the pytorch row (program order + caching-allocator simulation).");
   compare->add_option("GRAPH", graph_path, "graph file")->required();
   compare->add_option("--alignment", req.options.alignment, "bytes (power of two)")->capture_default_str();
+  compare->add_option("--threads", req.options.threads, "worker threads of the roam planners")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  compare->add_option("--time-limit", req.options.time_limit_seconds,
+                      "wall-clock budget of each roam planner call, seconds")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+
+  roam::cli::Verbs verbs = {
+      {plan, [&] { return cmd_plan(graph_path, out_path, req); }},
+      {validate, [&] { return cmd_validate(graph_path, plan_path); }},
+      {compare, [&] { return cmd_compare(graph_path, req.options); }}};
+  auto registry = roam::cli::verb_registry();
+  std::stable_sort(registry.begin(), registry.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [rank, adder] : registry) adder(app, verbs);
 
   try {
     app.parse(argc, argv);
@@ -226,9 +264,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*plan) return cmd_plan(graph_path, out_path, req);
-    if (*validate) return cmd_validate(graph_path, plan_path);
-    if (*compare) return cmd_compare(graph_path, req.options.alignment);
+    for (const roam::cli::Verb& verb : verbs) {
+      if (*verb.command) return verb.run();
+    }
   } catch (const roam::InputError& e) {
     std::cerr << "roam: error: " << e.what() << "\n";
     return kExitBadInput;
