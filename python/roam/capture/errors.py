@@ -1,0 +1,27 @@
+"""Exceptions raised by :mod:`roam.capture`."""
+
+
+class CaptureError(RuntimeError):
+    """The traced step cannot be turned into a faithful roam-graph (a capture bug or an
+    unsupported program): an unmappable tensor argument, an alias the schema and the real
+    storages disagree on, an unsupported fx node, ..."""
+
+
+class GraphCheckError(CaptureError):
+    """A roam-graph failed the structural check (:func:`roam.capture.check.check_graph`)."""
+
+
+class UnknownModelError(ValueError):
+    """The requested model name is not a torchvision classification model.
+
+    Attributes:
+        name: the name asked for.
+        valid: sorted list of valid names.
+    """
+
+    def __init__(self, name, valid):
+        self.name = name
+        self.valid = list(valid)
+        super().__init__(
+            f"unknown model {name!r}; valid torchvision classification models: "
+            + ", ".join(self.valid))

@@ -1,0 +1,536 @@
+"""Converting a traced training step (fx GraphModule from make_fx) into a roam-graph v1.
+
+The GraphModule is run once, for real, by :class:`GraphBuilder` (a ``torch.fx.Interpreter``)
+and every tensor is described from its real value, never from node metadata:
+
+* placeholders become resident tensors with their role (``param``, ``buffer``,
+  ``optimizer_state``, ``input``); ``get_attr`` constants become ``constant``;
+* each ``call_function`` on an ATen ``OpOverload`` becomes one op; each non-None tensor of a
+  tuple/list result is its own tensor; ``operator.getitem`` nodes are not ops;
+* aliases come from the operator schema (``Tensor(a) self -> Tensor(a)``,
+  ``Tensor(a!) self``), checked against the real storages;
+* writes come from the schema (``alias_info.is_write``) and from the tensors' version
+  counters (which catch writes that the schema does not annotate, such as
+  ``native_batch_norm``'s running statistics in PyTorch 1.13);
+* ``after`` edges order every write after the earlier readers of the storage and every
+  reader after the last write (:func:`add_order_edges`).
+
+Sizes are bytes (numel x element size); ``cost`` is seconds. See GRAPH_FORMAT.md and
+ROAM (arXiv 2310.19295) for what the planner does with the result.
+"""
+
+import operator
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.fx.node import map_arg
+
+from .errors import CaptureError
+from .trace import PHASE_KEY, PHASES
+
+RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
+
+
+class _NonTensor:
+    """Marks a node value that is not a tensor (int, float, bool, ...)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<non-tensor>"
+
+
+NON_TENSOR = _NonTensor()
+
+
+class _Tid(str):
+    """A tensor id standing for a node value (distinct from literal string arguments such
+    as ``rounding_mode="floor"``)."""
+    __slots__ = ()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).replace("torch.", "")
+
+
+def storage_ptr(t: torch.Tensor) -> int:
+    """Data pointer of the storage behind ``t`` (equal for tensors sharing storage)."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage().data_ptr()
+    return t.storage().data_ptr()
+
+
+def storage_nbytes(t: torch.Tensor) -> int:
+    """Bytes of the storage behind ``t``."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage().nbytes()
+    return t.storage().nbytes()
+
+
+def tensor_nbytes(t: torch.Tensor) -> int:
+    """``numel * element_size`` in bytes: the ``size`` of a roam-graph tensor."""
+    return t.numel() * t.element_size()
+
+
+def _same_contents(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise-ish equality (NaN equals NaN) of two tensors of the same shape."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return False
+
+
+# Operators whose result shares its argument's storage although the schema declares a fresh
+# result. aten::_unsafe_view is "view without autograd view tracking", applied by composite
+# ops (reshape of a fresh temporary) to an input that is never used again; for memory it is an
+# alias. Every other undeclared storage sharing raises CaptureError.
+UNDECLARED_ALIAS_OK = frozenset({"aten::_unsafe_view"})
+
+
+# ---------------------------------------------------------------- schema alias sets
+
+@lru_cache(maxsize=None)
+def _torchgen_return_sets(schema_str: str) -> Optional[Tuple[Tuple[str, ...], ...]]:
+    """Alias sets of the returns parsed by torchgen (the C++ binding drops the element alias
+    of list returns such as ``Tensor(a)[]``)."""
+    try:
+        from torchgen.model import FunctionSchema
+        fs = FunctionSchema.parse(schema_str.split("::", 1)[-1])
+        return tuple(tuple(r.annotation.alias_set) if r.annotation else () for r in fs.returns)
+    except Exception:  # pragma: no cover - fallback when torchgen is absent
+        rets = schema_str.rsplit("->", 1)[-1]
+        return tuple(tuple(m.group(1).replace("!", "").split("|")) if m else ()
+                     for m in (re.search(r"Tensor\(([^)]*)\)", r) for r in rets.split(",")))
+
+
+def return_alias_sets(schema) -> List[Set[str]]:
+    """For each return of ``schema`` (a ``torch._C.FunctionSchema``) the set of alias names
+    (``{"a"}`` for ``Tensor(a)``), empty when the return is fresh memory."""
+    out = []
+    parsed = None
+    for i, r in enumerate(schema.returns):
+        ai = r.alias_info
+        s = set(ai.before_set) if ai is not None else set()
+        if ai is not None and not s and isinstance(r.type, torch.ListType):
+            if parsed is None:
+                parsed = _torchgen_return_sets(str(schema))
+            s = set(parsed[i]) if parsed and i < len(parsed) else set()
+        s.discard("*")
+        out.append(s)
+    return out
+
+
+def argument_alias_sets(schema) -> List[Tuple[Set[str], bool]]:
+    """For each argument: (alias names before the call, is_write)."""
+    out = []
+    for a in schema.arguments:
+        ai = a.alias_info
+        if ai is None:
+            out.append((set(), False))
+        else:
+            s = set(ai.before_set)
+            s.discard("*")
+            out.append((s, bool(ai.is_write)))
+    return out
+
+
+def _bind(schema, node: torch.fx.Node, args, kwargs):
+    """Pair each schema argument with (node-side value, real value)."""
+    nargs, nkwargs = node.args, node.kwargs
+    if len(args) > len(schema.arguments):
+        raise CaptureError(f"{node.format_node()}: more positional arguments than the schema "
+                           f"{schema} has")
+    known = {a.name for a in schema.arguments}
+    extra = set(kwargs) - known
+    if extra:
+        raise CaptureError(f"{node.format_node()}: keyword arguments {sorted(extra)} not in "
+                           f"schema {schema}")
+    bound = []
+    for j, a in enumerate(schema.arguments):
+        if j < len(args):
+            bound.append((a, nargs[j], args[j]))
+        elif a.name in kwargs:
+            bound.append((a, nkwargs[a.name], kwargs[a.name]))
+        else:
+            bound.append((a, None, None))  # default: never a tensor
+    return bound
+
+
+# ---------------------------------------------------------------- the builder
+
+@dataclass
+class BuiltGraph:
+    """Intermediate result of :class:`GraphBuilder` (before ``after`` edges and JSON)."""
+    tensors: List[Dict[str, Any]] = field(default_factory=list)
+    ops: List[Dict[str, Any]] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
+    op_writes: Dict[str, List[str]] = field(default_factory=dict)  # op id -> written tensor ids
+    op_nodes: Dict[str, str] = field(default_factory=dict)  # op id -> fx node name
+    unannotated_writes: Dict[str, int] = field(default_factory=dict)  # target -> count
+    unobserved_writes: Dict[str, int] = field(default_factory=dict)
+    oversized_storages: List[str] = field(default_factory=list)
+    undeclared_aliases: Dict[str, int] = field(default_factory=dict)  # target -> count
+    loss_value: Optional[torch.Tensor] = None
+
+
+class GraphBuilder(torch.fx.Interpreter):
+    """Runs a make_fx GraphModule once and builds the roam-graph tensors and ops from the
+    real values (sizes in bytes, optional per-op cost in seconds).
+
+    Args:
+        gm: the GraphModule of :func:`roam.capture.trace.trace_training_step`.
+        placeholders: ``(role, name)`` per placeholder, in graph order.
+
+    Raises (from :meth:`run`):
+        CaptureError: a tensor argument that maps to no tensor id, an fx node that is not an
+            ATen OpOverload call / getitem, or an alias where schema and storage disagree.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, placeholders: Sequence[Tuple[str, str]],
+                 check_hidden_writes: bool = True):
+        super().__init__(gm, garbage_collect_values=True)
+        self.check_hidden_writes = check_hidden_writes
+        self.g = BuiltGraph()
+        self._roles = list(placeholders)
+        self._ph_index = 0
+        self._tid: Dict[torch.fx.Node, Any] = {}
+        self._root: Dict[str, str] = {}
+        self._getitem_names: Dict[torch.fx.Node, Dict[int, str]] = {}
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.target is operator.getitem:
+                self._getitem_names.setdefault(n.args[0], {})[n.args[1]] = n.name
+
+    # -- tensors
+    def _by_id(self, tid: str) -> Dict[str, Any]:
+        return self.g.tensors[int(tid[1:])]
+
+    def _new_tensor(self, t: torch.Tensor, name: str, role: Optional[str] = None,
+                    alias_of: Optional[str] = None) -> str:
+        if t.layout != torch.strided:
+            raise CaptureError(f"tensor {name}: layout {t.layout} is not supported")
+        tid = f"t{len(self.g.tensors)}"
+        rec = {"id": tid, "size": tensor_nbytes(t), "name": name, "dtype": dtype_name(t.dtype),
+               "shape": list(t.shape)}
+        if role is not None:
+            rec["role"] = role
+        if alias_of is not None:
+            rec["alias_of"] = alias_of
+        self.g.tensors.append(rec)
+        self._root[tid] = self._root[alias_of] if alias_of is not None else tid
+        return tid
+
+    # -- nodes
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "placeholder":
+            value = super().run_node(n)
+            if not isinstance(value, torch.Tensor):
+                raise CaptureError(f"placeholder {n.name} is not a tensor")
+            role, name = self._roles[self._ph_index]
+            self._ph_index += 1
+            self._tid[n] = _Tid(self._new_tensor(value, name, role=role))
+            return value
+        if n.op == "get_attr":
+            value = super().run_node(n)
+            if isinstance(value, torch.nn.Parameter):
+                raise CaptureError(f"parameter {n.target} leaked into the trace as a constant")
+            if not isinstance(value, torch.Tensor):
+                raise CaptureError(f"get_attr {n.target} is not a tensor")
+            self._tid[n] = _Tid(self._new_tensor(value, str(n.target), role="constant"))
+            return value
+        if n.op == "output":
+            value = super().run_node(n)
+            tids = map_arg(n.args[0], lambda x: self._tid[x])
+            flat_t, _ = pytree.tree_flatten(tids)
+            flat_v, _ = pytree.tree_flatten(value)
+            if len(flat_t) != len(flat_v):
+                raise CaptureError("graph output structure mismatch")
+            for t, v in zip(flat_t, flat_v):
+                if isinstance(v, torch.Tensor):
+                    if not isinstance(t, _Tid):
+                        raise CaptureError("graph output tensor maps to no tensor id")
+                    self.g.outputs.append(str(t))
+                    if self.g.loss_value is None:
+                        self.g.loss_value = v.detach().clone()
+            return value
+        if n.op == "call_function" and n.target is operator.getitem:
+            value = super().run_node(n)
+            base = self._tid[n.args[0]]
+            if not isinstance(base, (list, tuple)):
+                raise CaptureError(f"{n.format_node()}: getitem on a value that is not a tuple")
+            self._tid[n] = base[n.args[1]]
+            return value
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            return self._run_op(n)
+        raise CaptureError(f"unsupported fx node {n.format_node()} (target {n.target!r})")
+
+    def _run_op(self, n: torch.fx.Node) -> Any:
+        target = n.target
+        schema = target._schema
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        bound = _bind(schema, n, args, kwargs)
+        arg_sets = argument_alias_sets(schema)
+        oid = f"n{len(self.g.ops)}"
+
+        # map every tensor argument (lists included) to a tensor id
+        arg_leaves: List[List[Tuple[str, torch.Tensor]]] = []
+        for (sarg, nval, rval) in bound:
+            tstruct = map_arg(nval, lambda x: self._tid[x]) if nval is not None else None
+            flat_r, spec_r = pytree.tree_flatten(rval)
+            flat_t, spec_t = pytree.tree_flatten(tstruct)
+            if len(flat_r) != len(flat_t):
+                raise CaptureError(f"{n.format_node()}: argument {sarg.name!r}: structure of "
+                                   f"the traced argument and of its real value differ")
+            leaves = []
+            for r, t in zip(flat_r, flat_t):
+                if isinstance(r, torch.Tensor):
+                    if not isinstance(t, _Tid):
+                        raise CaptureError(
+                            f"{n.format_node()}: tensor in argument {sarg.name!r} of {target} "
+                            f"cannot be mapped to a tensor id (traced value {t!r})")
+                    leaves.append((str(t), r))
+                elif isinstance(t, _Tid):
+                    raise CaptureError(f"{n.format_node()}: argument {sarg.name!r} maps to "
+                                       f"tensor {t} but its value is {type(r).__name__}")
+            arg_leaves.append(leaves)
+
+        flat_in = [(j, tid, t) for j, leaves in enumerate(arg_leaves) for tid, t in leaves]
+        versions = [t._version for _, _, t in flat_in]
+        # Kernels may write an argument without a schema annotation and without bumping its
+        # version counter (native_batch_norm's running statistics in PyTorch 1.13). Compare
+        # the contents of the resident (persistent) storages they read.
+        snapshots = {}
+        if self.check_hidden_writes:
+            for k, (j, tid, t) in enumerate(flat_in):
+                if not arg_sets[j][1] and "role" in self._by_id(self._root[tid]):
+                    snapshots[k] = t.clone()
+
+        t0 = time.perf_counter()
+        out = target(*args, **kwargs)
+        cost = time.perf_counter() - t0
+
+        # writes: schema annotation and version counters
+        written: List[str] = []
+        for k, (j, tid, t) in enumerate(flat_in):
+            declared = arg_sets[j][1]
+            observed = t._version != versions[k]
+            if k in snapshots and not observed:
+                observed = not _same_contents(snapshots[k], t)
+            if declared or observed:
+                if tid not in written:
+                    written.append(tid)
+            if observed and not declared:
+                key = f"{target}:{schema.arguments[j].name}"
+                self.g.unannotated_writes[key] = self.g.unannotated_writes.get(key, 0) + 1
+            if declared and not observed:
+                key = f"{target}:{schema.arguments[j].name}"
+                self.g.unobserved_writes[key] = self.g.unobserved_writes.get(key, 0) + 1
+
+        # outputs
+        ret_sets = return_alias_sets(schema)
+        if isinstance(out, torch.Tensor):
+            elems = [(0, None, out)]
+        elif isinstance(out, (tuple, list)):
+            if len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.ListType):
+                elems = [(0, i, e) for i, e in enumerate(out)]
+            elif len(out) == len(schema.returns):
+                elems = [(i, i, e) for i, e in enumerate(out)]
+            else:
+                raise CaptureError(f"{n.format_node()}: {len(out)} results, schema {schema}")
+        elif out is None:
+            elems = []
+        else:
+            elems = []  # a scalar result is not a tensor
+
+        out_struct: Any
+        out_ids: List[str] = []
+        if isinstance(out, (tuple, list)):
+            out_struct = [None if e is None else NON_TENSOR for e in out]
+        else:
+            out_struct = NON_TENSOR if out is not None else None
+        names = self._getitem_names.get(n, {})
+        for (ri, ei, e) in elems:
+            if e is None:
+                continue
+            if not isinstance(e, torch.Tensor):
+                continue
+            name = n.name if ei is None else names.get(ei, f"{n.name}_{ei}")
+            alias = self._resolve_alias(n, target, ret_sets[ri] if ri < len(ret_sets) else set(),
+                                        arg_sets, arg_leaves, flat_in, e)
+            tid = self._new_tensor(e, name, alias_of=alias)
+            if alias is None and storage_nbytes(e) > tensor_nbytes(e):
+                self.g.oversized_storages.append(tid)
+            out_ids.append(tid)
+            if ei is None:
+                out_struct = _Tid(tid)
+            else:
+                out_struct[ei] = _Tid(tid)
+        self._tid[n] = out_struct
+
+        inputs: List[str] = []
+        for _, tid, _ in flat_in:
+            if tid not in inputs:
+                inputs.append(tid)
+        phase = n.meta.get(PHASE_KEY, "other")
+        if phase not in PHASES:
+            phase = "other"
+        self.g.ops.append({"id": oid, "target": str(target), "phase": phase,
+                           "inputs": inputs, "outputs": out_ids, "cost": cost})
+        self.g.op_writes[oid] = written
+        self.g.op_nodes[oid] = n.name
+        return out
+
+    def _resolve_alias(self, n, target, ret_set, arg_sets, arg_leaves, flat_in, e):
+        """Tensor id that result ``e`` aliases per the schema, checked against storages."""
+        nonempty = storage_nbytes(e) > 0
+        eptr = storage_ptr(e) if nonempty else None
+        if ret_set:
+            matches = [j for j, (s, _) in enumerate(arg_sets) if s & ret_set]
+            cands = [(tid, t) for j in matches for tid, t in arg_leaves[j]]
+            if not cands:
+                raise CaptureError(f"{n.format_node()}: schema of {target} says the result "
+                                   f"aliases {sorted(ret_set)} but no tensor argument carries it")
+            if not nonempty:
+                return cands[0][0]
+            sharing = [tid for tid, t in cands
+                       if storage_nbytes(t) > 0 and storage_ptr(t) == eptr]
+            if not sharing:
+                raise CaptureError(f"{n.format_node()}: schema of {target} says the result "
+                                   f"aliases argument {cands[0][0]} but the storages differ")
+            return sharing[0]
+        if nonempty:
+            for _, tid, t in flat_in:
+                if storage_nbytes(t) > 0 and storage_ptr(t) == eptr:
+                    if target._schema.name in UNDECLARED_ALIAS_OK:
+                        key = str(target)
+                        self.g.undeclared_aliases[key] = self.g.undeclared_aliases.get(key, 0) + 1
+                        return tid
+                    raise CaptureError(f"{n.format_node()}: result of {target} shares the "
+                                       f"storage of argument {tid} but the schema declares no "
+                                       f"alias")
+        return None
+
+
+def measure_costs(gm: torch.fx.GraphModule, make_args, repeats: int = 3,
+                  seed: int = 0) -> Dict[str, float]:
+    """Median run time in seconds of every ATen op node of ``gm`` over ``repeats`` runs.
+
+    ``make_args()`` must return fresh arguments for each run (the step updates them in
+    place). Returns ``{fx node name: seconds}``.
+    """
+    samples: Dict[str, List[float]] = {}
+
+    class _Timer(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+                t0 = time.perf_counter()
+                out = n.target(*args, **kwargs)
+                samples.setdefault(n.name, []).append(time.perf_counter() - t0)
+                return out
+            return super().run_node(n)
+
+    for _ in range(repeats):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            _Timer(gm).run(*make_args())
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+# ---------------------------------------------------------------- order edges
+
+def resolve_root(tensors_by_id: Dict[str, Dict[str, Any]], tid: str) -> str:
+    """Follow ``alias_of`` to the root tensor id (raises CaptureError on a cycle)."""
+    seen = set()
+    while "alias_of" in tensors_by_id[tid]:
+        if tid in seen:
+            raise CaptureError(f"alias cycle through {tid}")
+        seen.add(tid)
+        tid = tensors_by_id[tid]["alias_of"]
+    return tid
+
+
+def add_order_edges(tensors: List[Dict[str, Any]], ops: List[Dict[str, Any]],
+                    writes: Dict[str, List[str]]) -> None:
+    """Add ``after`` control edges to ``ops`` (in place, program order = list order).
+
+    ``writes[op_id]`` lists the tensor ids whose storage the op writes. For every op W that
+    writes storage S: each op that read any alias of S since the previous write of S (and the
+    previous writer) must run before W; each later reader of S must run after W. An edge is
+    skipped when the earlier op already produces a tensor on the alias chain of one of the
+    later op's inputs (a direct data edge); other redundant edges are harmless.
+    """
+    by_id = {t["id"]: t for t in tensors}
+    producer: Dict[str, str] = {}
+    for op in ops:
+        for o in op["outputs"]:
+            producer[o] = op["id"]
+    root_cache: Dict[str, str] = {}
+
+    def root(t):
+        r = root_cache.get(t)
+        if r is None:
+            r = root_cache[t] = resolve_root(by_id, t)
+        return r
+
+    def chain_producers(t):
+        res = set()
+        while True:
+            if t in producer:
+                res.add(producer[t])
+            nxt = by_id[t].get("alias_of")
+            if nxt is None:
+                return res
+            t = nxt
+
+    position = {op["id"]: i for i, op in enumerate(ops)}
+    last_writer: Dict[str, str] = {}
+    readers: Dict[str, List[str]] = {}
+    for op in ops:
+        k = op["id"]
+        anc: Set[str] = set()
+        for t in op["inputs"]:
+            anc |= chain_producers(t)
+        in_roots = []
+        for t in op["inputs"]:
+            r = root(t)
+            if r not in in_roots:
+                in_roots.append(r)
+        w_roots = []
+        for t in writes.get(k, []):
+            r = root(t)
+            if r not in w_roots:
+                w_roots.append(r)
+        after: Set[str] = set(op.get("after", []))
+        for r in in_roots + w_roots:  # read after write
+            lw = last_writer.get(r)
+            if lw is not None and lw != k and lw not in anc:
+                after.add(lw)
+        for r in w_roots:  # write after read
+            for rd in readers.get(r, []):
+                if rd != k and rd not in anc:
+                    after.add(rd)
+        for r in w_roots:
+            last_writer[r] = k
+            readers[r] = []
+        for r in in_roots:
+            if r not in w_roots:
+                lst = readers.setdefault(r, [])
+                if not lst or lst[-1] != k:
+                    lst.append(k)
+        for o in op["outputs"]:
+            if "alias_of" not in by_id[o]:
+                last_writer[o] = k  # the producer is the first writer of a new storage
+        if after:
+            op["after"] = sorted(after, key=position.__getitem__)
+        elif "after" in op:
+            del op["after"]
