@@ -52,7 +52,8 @@ std::vector<OpIdx> key_points(const Graph& g);
 std::vector<OpIdx> key_points_quadratic(const Graph& g);
 
 /// Storage kinds from the graph's phases (never from names): an activation is produced in the
-/// forward phase and used by a backward op; everything else non-resident is a temporary.
+/// forward phase and last used (in program order) by a backward op; every other non-resident
+/// storage is a temporary.
 enum class StorageKind : uint8_t { kActivation, kTemporary };
 std::vector<StorageKind> storage_kinds(const Graph& g);
 

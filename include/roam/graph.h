@@ -112,7 +112,7 @@ Graph load_graph(const std::string& path);
 /// Serialises a graph back to roam-graph v1 (used by tests and tools).
 nlohmann::json graph_to_json(const Graph& graph);
 
-/// Reads a JSON document from a plain or gzip file. Throws InputError (field "json").
+/// Reads a JSON document from a plain or gzip file. Throws InputError (field "(file)" or "(json)").
 nlohmann::json read_json_file(const std::string& path);
 
 /// Writes JSON atomically: to a temporary file beside `path`, then renamed over it; gzip when

@@ -100,15 +100,12 @@ std::vector<OpIdx> key_points_quadratic(const Graph& g) {
 }
 
 std::vector<StorageKind> storage_kinds(const Graph& g) {
+  // users are sorted by program position, which is topological: users.back() is the last use.
   std::vector<StorageKind> kinds(g.storages.size(), StorageKind::kTemporary);
   for (StorageIdx s = 0; s < g.num_storages(); ++s) {
     const Storage& st = g.storages[s];
-    if (g.ops[st.producer].phase != Phase::kForward) continue;
-    for (OpIdx u : st.users) {
-      if (g.ops[u].phase == Phase::kBackward) {
-        kinds[s] = StorageKind::kActivation;
-        break;
-      }
+    if (g.ops[st.producer].phase == Phase::kForward && g.ops[st.users.back()].phase == Phase::kBackward) {
+      kinds[s] = StorageKind::kActivation;
     }
   }
   return kinds;

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -138,18 +139,39 @@ int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
   return 0;
 }
 
-int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options) {
+struct CompareRequest {
+  std::vector<std::string> orders;   // empty: every order method
+  std::vector<std::string> layouts;  // empty: every layout method
+  std::string json_path;             // write the rows as JSON too
+};
+
+int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
+                const CompareRequest& creq) {
   const uint64_t alignment = options.alignment;
   const roam::Graph g = load(graph_path);
   progress("lower bound");
+  const auto lb_start = std::chrono::steady_clock::now();
   const uint64_t lb = roam::lower_bound(g, alignment);
+  const double lb_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - lb_start).count();
+  const auto& orders = creq.orders.empty() ? roam::order_methods() : creq.orders;
+  std::vector<std::string> layouts = creq.layouts.empty() ? roam::layout_methods() : creq.layouts;
+  // The pytorch row (program + pytorch) is the reference: always computed.
+  const bool have_ref = std::find(orders.begin(), orders.end(), "program") != orders.end() &&
+                        std::find(layouts.begin(), layouts.end(), "pytorch") != layouts.end();
   struct Row {
     roam::PlanResult r;
     uint64_t peak;  // resident + reserved: what the process holds
   };
   std::vector<Row> rows;
-  for (const std::string& order : roam::order_methods()) {
-    for (const std::string& layout : roam::layout_methods()) {
+  if (!have_ref) {
+    roam::PlanResult r = roam::make_plan(g, {"program", "pytorch", options}, lb);
+    checked_plan_json(g, r.plan);
+    rows.push_back({std::move(r), 0});
+    rows.back().peak = g.resident_bytes + rows.back().r.reserved_bytes;
+  }
+  for (const std::string& order : orders) {
+    for (const std::string& layout : layouts) {
       progress("planning " + order + " + " + layout);
       roam::PlanResult r = roam::make_plan(g, {order, layout, options}, lb);
       checked_plan_json(g, r.plan);
@@ -178,7 +200,26 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options)
                 st.solve_seconds, red);
   }
   std::cout << "peak = resident + reserved (reserved = arena except for the pytorch caching "
-               "simulation); vs_pytorch = peak reduction against program + pytorch\n";
+               "simulation); vs_pytorch = peak reduction against program + pytorch; lower bound "
+            << fixed(lb_seconds, 3) << " s\n";
+  if (!creq.json_path.empty()) {
+    nlohmann::json doc = {{"graph", g.name}, {"ops", g.ops.size()}, {"storages", g.storages.size()},
+                          {"resident_bytes", g.resident_bytes}, {"lower_bound_bytes", lb},
+                          {"lower_bound_seconds", lb_seconds}, {"alignment", alignment},
+                          {"reference_peak_bytes", ref_peak}, {"rows", nlohmann::json::array()}};
+    for (const Row& row : rows) {
+      const roam::PlanStats& st = row.r.plan.stats;
+      doc["rows"].push_back({{"order", row.r.plan.order_method},
+                             {"layout", row.r.plan.layout_method},
+                             {"theoretical_peak_bytes", st.theoretical_peak_bytes},
+                             {"arena_bytes", st.arena_bytes},
+                             {"reserved_bytes", row.r.reserved_bytes},
+                             {"peak_bytes", row.peak},
+                             {"fragmentation", st.fragmentation},
+                             {"solve_seconds", st.solve_seconds}});
+    }
+    roam::write_json_file(creq.json_path, doc, 1);
+  }
   return 0;
 }
 
@@ -240,6 +281,12 @@ int main(int argc, char** argv) {
       "the pytorch row (program order + caching-allocator simulation).");
   compare->add_option("GRAPH", graph_path, "graph file")->required();
   compare->add_option("--alignment", req.options.alignment, "bytes (power of two)")->capture_default_str();
+  CompareRequest creq;
+  compare->add_option("--orders", creq.orders, "order methods to compare (default: all)")
+      ->delimiter(',');
+  compare->add_option("--layouts", creq.layouts, "layout methods to compare (default: all)")
+      ->delimiter(',');
+  compare->add_option("--json", creq.json_path, "also write the rows (bytes, seconds) as JSON");
   compare->add_option("--threads", req.options.threads, "worker threads of the roam planners")
       ->check(CLI::Range(1, 256))->capture_default_str();
   compare->add_option("--time-limit", req.options.time_limit_seconds,
@@ -249,7 +296,7 @@ int main(int argc, char** argv) {
   roam::cli::Verbs verbs = {
       {plan, [&] { return cmd_plan(graph_path, out_path, req); }},
       {validate, [&] { return cmd_validate(graph_path, plan_path); }},
-      {compare, [&] { return cmd_compare(graph_path, req.options); }}};
+      {compare, [&] { return cmd_compare(graph_path, req.options, creq); }}};
   auto registry = roam::cli::verb_registry();
   std::stable_sort(registry.begin(), registry.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

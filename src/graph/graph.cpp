@@ -62,6 +62,7 @@ const json& require_array(const Ctx& c, const json& obj, const char* key,
 
 uint64_t parse_size(const Ctx& c, const json& v, const std::string& field, const std::string& id) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
   if (v.is_number_integer()) {
     c.fail(field, id, "size must be a non-negative integer number of bytes, got " + v.dump());
   }
@@ -190,7 +191,7 @@ void finalize(Graph& g, const Ctx& c) {
     }
     for (TensorIdx t : g.ops[v].outputs) {
       OpIdx u = nearest_producer(g.tensors[t].alias_of);
-      if (u >= 0) p.push_back(u);
+      if (u >= 0 && u != v) p.push_back(u);  // an output may alias another output of v
     }
     for (OpIdx u : g.ops[v].after) p.push_back(u);
     std::sort(p.begin(), p.end());

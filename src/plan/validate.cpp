@@ -27,8 +27,9 @@ struct Reader {
     return *it;
   }
   uint64_t get_u64(const nlohmann::json& v, const std::string& field, const std::string& id) const {
-    if (!v.is_number_unsigned()) fail(field, id, "must be a non-negative integer, got " + v.dump());
-    return v.get<uint64_t>();
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+    fail(field, id, "must be a non-negative integer, got " + v.dump());
   }
 };
 
@@ -180,7 +181,7 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   if (st.solve_seconds < 0) problem("stats.solve_seconds: negative");
 
   auto check = [&](const char* key, uint64_t expect) {
-    const uint64_t got = jstats[key].get<uint64_t>();
+    const uint64_t got = r.get_u64(jstats[key], std::string("stats.") + key, "");
     if (got != expect) {
       problem(std::string("stats.") + key + ": plan says " + std::to_string(got) + ", recomputed " +
               std::to_string(expect));
