@@ -1,0 +1,453 @@
+// Bad input: one test per rule of GRAPH_FORMAT.md. parse_graph must throw roam::InputError
+// naming the file, the field and the id. Then the CLI: exit 2 with one line naming the file and
+// no output written; `validate` exit 1 on a corrupted plan, 2 on an unreadable one; round trips
+// through plain and gzip files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <zlib.h>
+
+#include "testing.h"
+
+namespace {
+
+using nlohmann::json;
+using roamtest::GraphJson;
+
+constexpr const char* kFile = "bad_graph.json";
+
+// x (input) -> n0 -> a -> n1 -> b; outputs [b].
+GraphJson base() {
+  GraphJson g("base");
+  g.tensor("x", 8, "input").tensor("a", 100).tensor("b", 200);
+  g.op("n0", {"x"}, {"a"}).op("n1", {"a"}, {"b"});
+  g.output("b");
+  return g;
+}
+
+struct Expect {
+  std::string field;               // exact InputError::field()
+  std::string id;                  // exact InputError::id()
+  std::vector<std::string> words;  // more substrings of what()
+};
+
+void expect_input_error(const json& doc, const Expect& e) {
+  try {
+    roam::parse_graph(doc, kFile);
+    ADD_FAILURE() << "accepted: " << doc.dump();
+  } catch (const roam::InputError& err) {
+    const std::string what = err.what();
+    EXPECT_EQ(err.file(), kFile) << what;
+    EXPECT_EQ(err.field(), e.field) << what;
+    EXPECT_EQ(err.id(), e.id) << what;
+    EXPECT_NE(what.find(kFile), std::string::npos) << what;
+    EXPECT_NE(what.find(e.field), std::string::npos) << what;
+    EXPECT_NE(what.find(e.id), std::string::npos) << what;
+    for (const auto& w : e.words) EXPECT_NE(what.find(w), std::string::npos) << w << " in " << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+  } catch (const std::exception& err) {
+    ADD_FAILURE() << "wrong exception type: " << err.what();
+  }
+}
+
+TEST(BadInput, BaseGraphIsValid) { EXPECT_NO_THROW(base().parse(kFile)); }
+
+TEST(BadInput, MalformedJson) {
+  roamtest::TempDir dir;
+  const std::string path = dir.file("broken.json");
+  roamtest::write_text(path, "{\"format\": \"roam-graph\", \"version\": 1, \"tensors\": [");
+  try {
+    roam::read_json_file(path);
+    ADD_FAILURE() << "malformed JSON accepted";
+  } catch (const roam::InputError& e) {
+    EXPECT_EQ(e.file(), path);
+    EXPECT_NE(e.field().find("json"), std::string::npos) << e.field();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(roam::load_graph(path), roam::InputError);
+  EXPECT_THROW(roam::load_graph(dir.file("does_not_exist.json")), roam::InputError);
+  // A JSON document that is not an object.
+  EXPECT_THROW(roam::parse_graph(json::array(), kFile), roam::InputError);
+}
+
+TEST(BadInput, WrongFormat) {
+  auto g = base();
+  g.doc["format"] = "roam-plan";
+  expect_input_error(g.doc, {"format", "", {"roam-plan"}});
+  g.doc.erase("format");
+  EXPECT_THROW(roam::parse_graph(g.doc, kFile), roam::InputError);
+}
+
+TEST(BadInput, WrongVersion) {
+  auto g = base();
+  g.doc["version"] = 2;
+  expect_input_error(g.doc, {"version", "", {"2"}});
+  g.doc["version"] = "1";
+  expect_input_error(g.doc, {"version", "", {}});
+}
+
+TEST(BadInput, DuplicateTensorId) {
+  auto g = base();
+  g.tensor("a", 5);
+  expect_input_error(g.doc, {"tensors[3].id", "a", {"duplicate"}});
+}
+
+TEST(BadInput, DuplicateOpId) {
+  auto g = base();
+  g.op("n0", {"b"}, {});
+  expect_input_error(g.doc, {"ops[2].id", "n0", {"duplicate"}});
+}
+
+TEST(BadInput, UnknownIdInInputs) {
+  auto g = base();
+  g.doc["ops"][1]["inputs"].push_back("ghost");
+  expect_input_error(g.doc, {"ops[1].inputs", "n1", {"ghost"}});
+}
+
+TEST(BadInput, UnknownIdInOutputs) {
+  auto g = base();
+  g.doc["ops"][0]["outputs"].push_back("ghost");
+  expect_input_error(g.doc, {"ops[0].outputs", "n0", {"ghost"}});
+}
+
+TEST(BadInput, UnknownIdInAfter) {
+  auto g = base();
+  g.doc["ops"][1]["after"] = {"n0", "ghost_op"};
+  expect_input_error(g.doc, {"ops[1].after", "n1", {"ghost_op"}});
+}
+
+TEST(BadInput, UnknownIdInAliasOf) {
+  auto g = base();
+  g.tensor("v", 100, "", "ghost");
+  expect_input_error(g.doc, {"tensors[3].alias_of", "v", {"ghost"}});
+}
+
+TEST(BadInput, UnknownIdInGraphOutputs) {
+  auto g = base();
+  g.output("ghost");
+  expect_input_error(g.doc, {"outputs", "ghost", {}});
+}
+
+TEST(BadInput, RootWithoutProducerOrRole) {
+  auto g = base();
+  g.tensor("orphan", 64);
+  expect_input_error(g.doc, {"tensors.role", "orphan", {"producer"}});
+  // A view with no producer is fine (its data comes from its base) ...
+  auto ok = base();
+  ok.tensor("view", 100, "", "a");
+  ok.doc["ops"][1]["inputs"].push_back("view");
+  EXPECT_NO_THROW(ok.parse(kFile));
+  // ... and so is a root of size 0 only when something produces it.
+  auto zero = base();
+  zero.tensor("empty", 0);
+  expect_input_error(zero.doc, {"tensors.role", "empty", {}});
+}
+
+TEST(BadInput, RoleAndProducer) {
+  auto g = base();
+  g.doc["tensors"][1]["role"] = "param";  // a is produced by n0
+  expect_input_error(g.doc, {"tensors.role", "a", {"n0", "param"}});
+}
+
+TEST(BadInput, TwoProducers) {
+  auto g = base();
+  g.doc["ops"][1]["outputs"].push_back("a");  // a is produced by n0 already
+  expect_input_error(g.doc, {"ops[1].outputs", "n1", {"'a'", "n0"}});
+}
+
+TEST(BadInput, AliasCycle) {
+  auto g = base();
+  g.tensor("p", 10, "", "q").tensor("q", 10, "", "p");
+  expect_input_error(g.doc, {"tensors.alias_of", "p", {"cycle", "q"}});
+  auto self = base();
+  self.tensor("s", 10, "", "s");
+  expect_input_error(self.doc, {"tensors.alias_of", "s", {"cycle"}});
+}
+
+TEST(BadInput, NegativeSize) {
+  auto g = base();
+  g.doc["tensors"][1]["size"] = -100;
+  expect_input_error(g.doc, {"tensors[1].size", "a", {"-100"}});
+}
+
+TEST(BadInput, FractionalSize) {
+  auto g = base();
+  g.doc["tensors"][2]["size"] = 10.5;
+  expect_input_error(g.doc, {"tensors[2].size", "b", {"10.5"}});
+  g.doc["tensors"][2]["size"] = "200";
+  expect_input_error(g.doc, {"tensors[2].size", "b", {}});
+}
+
+TEST(BadInput, SizesOverflowWhenSummed) {
+  // Each size fits in 64 bits; their sum does not.
+  auto g = base();
+  g.doc["tensors"][1]["size"] = uint64_t{1};
+  g.doc["tensors"][2]["size"] = UINT64_MAX;
+  expect_input_error(g.doc, {"tensors.size", "b", {"overflow"}});
+  auto h = base();
+  h.doc["tensors"][1]["size"] = uint64_t{1} << 63;
+  h.doc["tensors"][2]["size"] = uint64_t{1} << 63;
+  EXPECT_THROW(roam::parse_graph(h.doc, kFile), roam::InputError);
+  // A size beyond 64 bits is a number the reader cannot hold.
+  json doc = json::parse(
+      R"({"format":"roam-graph","version":1,"tensors":[{"id":"x","size":8,"role":"input"},)"
+      R"({"id":"a","size":18446744073709551616}],"ops":[{"id":"n0","inputs":["x"],"outputs":["a"]}]})");
+  expect_input_error(doc, {"tensors[1].size", "a", {}});
+}
+
+TEST(BadInput, DependencyCycleListsItsOps) {
+  // alpha -> beta -> gamma by data, gamma -> alpha by an `after` edge; delta is not on it.
+  GraphJson g("cyc");
+  g.tensor("x", 8, "input").tensor("a", 1).tensor("b", 1).tensor("c", 1).tensor("d", 1);
+  g.op("alpha", {"x"}, {"a"}, "forward", {"gamma"});
+  g.op("beta", {"a"}, {"b"});
+  g.op("gamma", {"b"}, {"c"});
+  g.op("delta", {"x"}, {"d"});
+  try {
+    g.parse(kFile);
+    ADD_FAILURE() << "cycle accepted";
+  } catch (const roam::InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.file(), kFile);
+    EXPECT_EQ(e.field(), "ops");
+    EXPECT_NE(what.find(kFile), std::string::npos) << what;
+    EXPECT_NE(what.find("cycle"), std::string::npos) << what;
+    for (const char* op : {"alpha", "beta", "gamma"}) EXPECT_NE(what.find(op), std::string::npos) << what;
+    EXPECT_EQ(what.find("delta"), std::string::npos) << what;
+    EXPECT_TRUE(e.id() == "alpha" || e.id() == "beta" || e.id() == "gamma") << e.id();
+  }
+  // A cycle through data edges only.
+  GraphJson d("cyc2");
+  d.tensor("p", 1).tensor("q", 1);
+  d.op("first", {"q"}, {"p"});
+  d.op("second", {"p"}, {"q"});
+  try {
+    d.parse(kFile);
+    ADD_FAILURE() << "cycle accepted";
+  } catch (const roam::InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("first"), std::string::npos) << what;
+    EXPECT_NE(what.find("second"), std::string::npos) << what;
+  }
+  // An op that must run after itself.
+  auto self = base();
+  self.doc["ops"][1]["after"] = {"n1"};
+  EXPECT_THROW(roam::parse_graph(self.doc, kFile), roam::InputError);
+}
+
+TEST(BadInput, OpListedBeforeItsDependency) {
+  GraphJson g("order");
+  g.tensor("x", 8, "input").tensor("a", 1).tensor("b", 1);
+  g.op("late", {"a"}, {"b"});   // reads a, produced by the next op
+  g.op("early", {"x"}, {"a"});
+  expect_input_error(g.doc, {"ops[0]", "late", {"early"}});
+  // Same through an `after` edge.
+  auto h = base();
+  h.doc["ops"][0]["after"] = {"n1"};
+  h.doc["ops"][1]["inputs"] = {"x"};
+  expect_input_error(h.doc, {"ops[0]", "n0", {"n1"}});
+}
+
+// Library issue (reported): a size held as a signed JSON integer (an int literal in C++, a Python
+// int through pybind11_json) is refused although it is a valid non-negative number of bytes.
+TEST(BadInput, SignedNonNegativeSizeIsAccepted) {
+  auto g = base();
+  g.doc["tensors"][1]["size"] = 100;  // int literal: number_integer, not number_unsigned
+  roam::Graph parsed;
+  EXPECT_NO_THROW(parsed = roam::parse_graph(g.doc, kFile));
+  if (parsed.num_storages() == 2) {
+    EXPECT_EQ(parsed.storages[0].size, 100u);
+  }
+}
+
+// Library issue (reported): an op whose output is a view of another of its own outputs (e.g. an
+// op returning a tensor and a view of it) gets a self-edge and is rejected as
+// "dependency cycle through 1 op(s): n0 -> n0". No order constraint exists: it is valid input.
+TEST(BadInput, OutputAliasingAnotherOutputOfTheSameOpIsNotACycle) {
+  GraphJson g("self_view");
+  g.tensor("x", 8, "input").tensor("a", 100).tensor("av", 100, "", "a").tensor("b", 10);
+  g.op("n0", {"x"}, {"a", "av"});
+  g.op("n1", {"av"}, {"b"});
+  g.output("b");
+  roam::Graph parsed;
+  ASSERT_NO_THROW(parsed = g.parse(kFile));
+  EXPECT_TRUE(parsed.preds[0].empty());
+  EXPECT_EQ(parsed.num_storages(), 2);
+  EXPECT_EQ(roam::theoretical_peak(parsed, parsed.program_order(), 1), 110u);
+}
+
+TEST(BadInput, OtherFieldErrors) {
+  auto role = base();
+  role.doc["tensors"][0]["role"] = "weights";
+  expect_input_error(role.doc, {"tensors[0].role", "x", {"weights"}});
+  auto phase = base();
+  phase.doc["ops"][0]["phase"] = "sideways";
+  expect_input_error(phase.doc, {"ops[0].phase", "n0", {"sideways"}});
+  auto tensors = base();
+  tensors.doc.erase("tensors");
+  EXPECT_THROW(roam::parse_graph(tensors.doc, kFile), roam::InputError);
+}
+
+// ------------------------------------------------------------------------------------------
+// CLI
+// ------------------------------------------------------------------------------------------
+
+struct RunResult {
+  int exit_code;
+  std::string out, err;
+};
+
+RunResult run_roam(const roamtest::TempDir& dir, const std::string& args) {
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const std::string cmd = std::string("'") + ROAM_BIN + "' " + args + " >'" + out + "' 2>'" + err + "'";
+  const int status = std::system(cmd.c_str());
+  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, roamtest::read_text(out),
+              roamtest::read_text(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+std::vector<std::string> dir_listing(const roamtest::TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(Cli, BadGraphExits2WithOneLineAndNoOutput) {
+  roamtest::TempDir dir;
+  const std::string graph = dir.file("bad.json");
+  auto g = base();
+  g.doc["ops"][1]["inputs"].push_back("ghost");
+  roamtest::write_text(graph, g.doc.dump());
+  const std::string plan = dir.file("out.json");
+  const RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(graph), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ops[1].inputs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("n1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ghost"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(plan));
+  EXPECT_EQ(dir_listing(dir), (std::vector<std::string>{"bad.json"}));  // no temp file either
+
+  // Malformed JSON, a missing file, and a gzip file that is not gzip-valid JSON.
+  roamtest::write_text(graph, "{not json");
+  RunResult m = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
+  EXPECT_EQ(m.exit_code, 2);
+  EXPECT_EQ(count_lines(m.err), 1u) << m.err;
+  EXPECT_NE(m.err.find(graph), std::string::npos) << m.err;
+  EXPECT_FALSE(std::filesystem::exists(plan));
+  RunResult missing = run_roam(dir, "plan '" + dir.file("nope.json") + "' -o '" + plan + "'");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nope.json"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(plan));
+
+  // Bad options are bad input too, and write nothing.
+  const std::string good = roamtest::fixture_path("diamond.json");
+  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --order nonsense -o '" + plan + "'").exit_code, 2);
+  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --layout nonsense -o '" + plan + "'").exit_code, 2);
+  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --alignment 3 -o '" + plan + "'").exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(plan));
+}
+
+TEST(Cli, PlanRoundTripsThroughValidate) {
+  roamtest::TempDir dir;
+  const std::string graph = roamtest::fixture_path("two_branches.json");
+  const std::string plan = dir.file("plan.json");
+  const RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
+                                        "' --order program --layout llfb --alignment 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(std::filesystem::exists(plan));
+  EXPECT_EQ(dir_listing(dir), (std::vector<std::string>{"plan.json"}));
+  const json doc = roam::read_json_file(plan);
+  EXPECT_EQ(doc["format"], "roam-plan");
+  EXPECT_EQ(doc["version"], 1);
+  EXPECT_EQ(doc["graph"], "two_branches");
+  EXPECT_EQ(doc["order"], json({"n0", "n1", "n2", "n3", "n4"}));
+  EXPECT_EQ(doc["offsets"], json({{"a1", 0}, {"b1", 1000}, {"a2", 1500}, {"b2", 0}, {"o", 10}}));
+  EXPECT_EQ(doc["stats"]["theoretical_peak_bytes"], 1510);
+  EXPECT_EQ(doc["stats"]["lower_bound_bytes"], 1010);
+  EXPECT_EQ(doc["stats"]["arena_bytes"], 1510);
+  EXPECT_EQ(doc["stats"]["peak_bytes"], 1518);
+  const RunResult v = run_roam(dir, "validate '" + graph + "' '" + plan + "'");
+  EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+
+  // Default options too (auto order and layout, alignment 64).
+  const RunResult d = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0);
+  EXPECT_EQ(roam::read_json_file(plan)["alignment"], 64);
+  // compare runs every baseline on the graph.
+  EXPECT_EQ(run_roam(dir, "compare '" + graph + "'").exit_code, 0);
+}
+
+TEST(Cli, ValidateCorruptedPlanExits1AndUnreadableExits2) {
+  roamtest::TempDir dir;
+  const std::string graph = roamtest::fixture_path("diamond.json");
+  const std::string plan = dir.file("plan.json");
+  ASSERT_EQ(run_roam(dir, "plan '" + graph + "' -o '" + plan + "' --order program --layout llfb")
+                .exit_code,
+            0);
+  json doc = roam::read_json_file(plan);
+  // Overlap b and c, both live at step 2.
+  doc["offsets"]["c"] = doc["offsets"]["b"];
+  roamtest::write_text(plan, doc.dump());
+  const RunResult bad = run_roam(dir, "validate '" + graph + "' '" + plan + "'");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("overlap"), std::string::npos) << bad.out;
+
+  roamtest::write_text(plan, "this is not json");
+  const RunResult junk = run_roam(dir, "validate '" + graph + "' '" + plan + "'");
+  EXPECT_EQ(junk.exit_code, 2);
+  EXPECT_EQ(count_lines(junk.err), 1u) << junk.err;
+  EXPECT_NE(junk.err.find(plan), std::string::npos) << junk.err;
+
+  // JSON but not a plan.
+  roamtest::write_text(plan, R"({"format": "roam-graph", "version": 1})");
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 2);
+  // A bad graph given to validate is bad input as well.
+  const std::string bad_graph = dir.file("bad.json");
+  roamtest::write_text(bad_graph, "[]");
+  EXPECT_EQ(run_roam(dir, "validate '" + bad_graph + "' '" + plan + "'").exit_code, 2);
+}
+
+TEST(Cli, GzipInputAndOutput) {
+  roamtest::TempDir dir;
+  // Compress a fixture with zlib directly (independent of the library's writer).
+  const std::string text = roamtest::read_text(roamtest::fixture_path("alias_output.json"));
+  const std::string graph = dir.file("graph.json.gz");
+  gzFile out = gzopen(graph.c_str(), "wb");
+  ASSERT_NE(out, nullptr);
+  ASSERT_EQ(gzwrite(out, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(out), Z_OK);
+
+  const roam::Graph g = roam::load_graph(graph);
+  EXPECT_EQ(g.name, "alias_output");
+  EXPECT_EQ(g.num_storages(), 4);
+
+  const std::string plan = dir.file("plan.json.gz");
+  const RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
+                                        "' --order program --layout llfb --alignment 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string bytes = roamtest::read_text(plan);
+  ASSERT_GE(bytes.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), 0x1f);  // gzip magic
+  EXPECT_EQ(static_cast<unsigned char>(bytes[1]), 0x8b);
+  const json doc = roam::read_json_file(plan);
+  EXPECT_EQ(doc["stats"]["theoretical_peak_bytes"], 900);
+  EXPECT_EQ(doc["stats"]["arena_bytes"], 1000);
+  EXPECT_TRUE(roam::validate_plan(g, doc, plan).valid);
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0);
+  // Mixed: the plain fixture with the gzip plan.
+  EXPECT_EQ(run_roam(dir, "validate '" + roamtest::fixture_path("alias_output.json") + "' '" +
+                              plan + "'")
+                .exit_code,
+            0);
+}
+
+}  // namespace
