@@ -1,0 +1,83 @@
+// `roam viz`: a picture of a plan's arena and of the live bytes of several orders, as one
+// self-contained SVG or HTML document (no network access: no external URL, everything inline).
+//
+// Units: x is the step (0-based position in an execution order; a storage live at steps
+// first..last inclusive covers x in [first, last + 1)); y is bytes. Axis labels are in MiB
+// (2^20 bytes); hover texts give bytes and MiB.
+//
+// Pictures are in pixels (coordinates rounded to 2 decimals). Each data group carries its
+// mapping from data to pixels: data-x0 (pixel x of step 0), data-px-per-step, data-y0 (pixel y
+// of 0 bytes; y grows downwards, so bytes go up) and data-px-per-mib:
+//   x(step) = x0 + step * px_per_step,   y(bytes) = y0 - bytes / 2^20 * px_per_mib.
+//
+// View 1, the arena (group id="storages"): one <rect> per storage, in StorageIdx order, spanning
+// steps [first, last + 1) and bytes [offset, offset + aligned size). Each rect has exactly one
+// class, its kind (VizKind, from phases only, never names):
+//   "act"  activation: produced in the forward phase and used by a backward op (storage_kinds);
+//   "grad" gradient: produced in the backward phase;
+//   "opt"  optimizer temporary: produced in the update phase;
+//   "tmp"  every other storage (forward-only or `other`-phase temporaries);
+// and a <title> child (the hover text): tensor id and name, size (bytes, MiB), kind, offset,
+// producing op id and target, live steps. In the same group: the polyline class "tp" (live
+// bytes per step, one point (x(step + 0.5), y(live bytes)) per step), the line class "arena"
+// (at y(arena bytes)) and the path class "keypoints" (one vertical tick just above the plot at
+// x(step + 0.5) of each key point under the plan's order; with at most 80 key points also faint
+// full-height lines, path class "keylines", behind the rectangles). Resident bytes are not drawn
+// (they are not in the arena).
+//
+// View 2, the orders (group id="orders"; in SVG a second panel below the first, in HTML a
+// second section): one polyline class "order" per order method, with `data-order` = the method
+// name and a <title>, points (x(step + 0.5), y(live bytes)). When the graph has more than 4
+// steps per pixel column, a polyline keeps, per column, only its minimum and maximum points
+// (visually the same drawing, a small file); otherwise one point per step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "roam/graph.h"
+#include "roam/options.h"
+#include "roam/plan.h"
+
+namespace roam {
+
+enum class VizFormat : uint8_t { kSvg, kHtml };
+
+/// The format for an output file name: ".svg" or ".html" (case-insensitive).
+/// Throws std::invalid_argument for any other name.
+VizFormat viz_format(const std::string& file_name);
+
+/// Storage kinds as drawn (see the header comment), indexed by StorageIdx.
+enum class VizKind : uint8_t { kActivation, kTemporary, kGradient, kOptimizerTemporary };
+std::vector<VizKind> viz_kinds(const Graph& g);
+/// "act", "tmp", "grad", "opt": the rect class of a kind.
+const char* viz_class(VizKind kind);
+
+struct VizOptions {
+  /// The output file name; only its extension is used, to choose the format (viz_format).
+  std::string file_name = "viz.svg";
+  /// View 2: order methods (names accepted by make_order). Empty: every name in order_methods().
+  std::vector<std::string> orders;
+  /// Options for make_order in view 2; `alignment` is replaced by the plan's alignment.
+  PlanOptions order_options;
+  /// Shown in the heading. The Plan overload fills them from the plan when empty.
+  std::string order_label;
+  std::string layout_label;
+  /// Drawn as a dashed line in view 2 when > 0 (bytes; e.g. lower_bound(g, alignment)).
+  uint64_t lower_bound_bytes = 0;
+};
+
+/// The document text (SVG or HTML per options.file_name) for a plan given as its order, one
+/// offset per StorageIdx (bytes) and its alignment (bytes, >= 1). It draws what it is given: the
+/// caller validates the plan first (validate_plan). Throws std::invalid_argument for a bad file
+/// extension, an order that is not a permutation of the ops, an offsets vector of the wrong
+/// length, alignment 0, or an unknown order method in options.orders.
+std::string render_viz(const Graph& g, const Order& order, const std::vector<uint64_t>& offsets,
+                       uint64_t alignment, const VizOptions& options);
+
+/// Same, for a Plan (uses plan.order, plan.offsets, plan.alignment, its method names and its
+/// lower bound when options leave them empty / 0).
+std::string render_viz(const Graph& g, const Plan& plan, const VizOptions& options);
+
+}  // namespace roam

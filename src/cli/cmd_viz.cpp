@@ -1,0 +1,134 @@
+// `roam viz GRAPH PLAN -o FILE.svg|.html [--orders a,b,c]`: a picture of a plan's arena and of
+// the live bytes of several orders (see include/roam/viz.h). The plan is validated first; on any
+// error nothing is written; the file is written atomically (temporary file, then rename).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "roam/analysis.h"
+#include "roam/graph.h"
+#include "roam/order.h"
+#include "roam/validate.h"
+#include "roam/viz.h"
+#include "verbs.h"
+
+namespace roam::cli {
+
+namespace {
+
+struct VizArgs {
+  std::string graph_path;
+  std::string plan_path;
+  std::string out_path;
+  std::vector<std::string> orders;
+  PlanOptions options;
+};
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw std::runtime_error("cannot write " + path + ": " + ec.message());
+  }
+}
+
+int run_viz(const VizArgs& a) {
+  VizOptions vo;
+  vo.file_name = a.out_path;
+  viz_format(a.out_path);  // a bad extension fails before any work (std::invalid_argument, exit 2)
+  for (const std::string& name : a.orders) {
+    bool known = false;
+    for (const std::string& m : order_methods()) known = known || m == name;
+    if (!known) {
+      std::string names;
+      for (const std::string& m : order_methods()) names += (names.empty() ? "" : ", ") + m;
+      throw std::invalid_argument("--orders: unknown order method '" + name + "' (valid: " +
+                                  names + ")");
+    }
+  }
+  vo.orders = a.orders;
+  vo.order_options = a.options;
+
+  progress("reading " + a.graph_path);
+  const Graph g = load_graph(a.graph_path);
+  const nlohmann::json doc = read_json_file(a.plan_path);
+  progress("validating " + a.plan_path);
+  const ValidationReport rep = validate_plan(g, doc, a.plan_path);
+  if (!rep.valid) {
+    std::cerr << "roam: error: " << a.plan_path << " is not a valid plan for " << a.graph_path
+              << ", nothing written:\n";
+    for (const std::string& p : rep.problems) std::cerr << "  " << p << "\n";
+    return kExitInvalid;
+  }
+  // A valid plan: every op once in `order`, one offset per storage.
+  Order order;
+  for (const auto& id : doc.at("order")) order.push_back(g.op_index.at(id.get<std::string>()));
+  std::vector<uint64_t> offsets(g.storages.size(), 0);
+  for (const auto& [id, value] : doc.at("offsets").items()) {
+    offsets[g.storage_of[g.tensor_index.at(id)]] = value.get<uint64_t>();
+  }
+  const auto alignment = doc.at("alignment").get<uint64_t>();
+  if (const auto m = doc.find("method"); m != doc.end() && m->is_object()) {
+    if (const auto o = m->find("order"); o != m->end() && o->is_string()) vo.order_label = o->get<std::string>();
+    if (const auto l = m->find("layout"); l != m->end() && l->is_string()) vo.layout_label = l->get<std::string>();
+  }
+  vo.lower_bound_bytes = rep.recomputed.lower_bound_bytes;
+
+  progress("rendering");
+  const std::string text = render_viz(g, order, offsets, alignment, vo);
+  write_text_atomic(a.out_path, text);
+  const size_t num_orders = a.orders.empty() ? order_methods().size() : a.orders.size();
+  std::cout << "wrote " << a.out_path << " (" << (text.size() + 1023) / 1024 << " KiB): arena of "
+            << g.storages.size() << " storages over " << g.ops.size() << " steps, live bytes of "
+            << num_orders << " orders\n";
+  return 0;
+}
+
+void add_viz_verb(CLI::App& app, Verbs& verbs) {
+  static VizArgs args;
+  CLI::App* cmd = app.add_subcommand(
+      "viz",
+      "Draw PLAN's arena (x = step, y = offset, one rectangle per storage coloured by kind: "
+      "activation, gradient, optimizer temporary, temporary; the Tp curve, the arena line, key "
+      "points) and the live bytes per step of several orders of GRAPH, into one self-contained "
+      ".svg or .html file (hover a rectangle in the HTML for its tensor). The plan is validated "
+      "first: exit 1 when invalid, 2 when unreadable; nothing is written on any error.");
+  cmd->add_option("GRAPH", args.graph_path, "graph file")->required();
+  cmd->add_option("PLAN", args.plan_path, "plan file (roam-plan v1)")->required();
+  cmd->add_option("-o,--output", args.out_path, "picture to write: FILE.svg or FILE.html")
+      ->required();
+  cmd->add_option("--orders", args.orders,
+                  "order methods for the second view, comma-separated (default: all)")
+      ->delimiter(',');
+  cmd->add_option("--threads", args.options.threads, "worker threads of the roam order planners")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--time-limit", args.options.time_limit_seconds,
+                  "wall-clock budget of each roam order planner call, seconds")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  verbs.push_back({cmd, [] { return run_viz(args); }});
+}
+
+[[maybe_unused]] const bool kRegistered = register_verb(60, &add_viz_verb);
+
+}  // namespace
+
+}  // namespace roam::cli

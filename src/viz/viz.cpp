@@ -1,0 +1,581 @@
+// `roam viz`: the arena of a plan and the live bytes of several orders as SVG or HTML.
+// Everything is inline (styles, script): the documents open with no network access.
+#include "roam/viz.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "roam/analysis.h"
+#include "roam/layout.h"
+#include "roam/order.h"
+
+namespace roam {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// ---- picture geometry (pixels) ----
+constexpr double kWidth = 1300;
+constexpr double kPlotX = 90;         // left edge of both plots
+constexpr double kPlotW = 930;        // plot width
+constexpr double kLegendX = kPlotX + kPlotW + 25;
+constexpr double kArenaH = 620;       // panel 1 height
+constexpr double kArenaPlotY = 72;
+constexpr double kArenaPlotH = 480;
+constexpr double kOrdersH = 440;      // panel 2 height
+constexpr double kOrdersPlotY = 56;
+constexpr double kOrdersPlotH = 320;
+
+const char* const kOrderColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+constexpr int kNumOrderColors = sizeof kOrderColors / sizeof kOrderColors[0];
+
+// ---- text helpers ----
+
+/// `v` with at most `decimals` decimals, trailing zeros (and a trailing dot) removed.
+std::string num(double v, int decimals = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  if (s == "-0") s = "0";
+  return s;
+}
+
+/// Full precision for the scale factors written into the documents.
+std::string num_g(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::string mib(uint64_t bytes) {
+  const double v = static_cast<double>(bytes) / kMiB;
+  char buf[64];
+  if (v >= 100) std::snprintf(buf, sizeof buf, "%.1f", v);
+  else if (v >= 1 || v == 0) std::snprintf(buf, sizeof buf, "%.3f", v);
+  else std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+/// XML-escapes text and attribute values; characters XML 1.0 forbids become '?'.
+std::string esc(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: {
+        const auto u = static_cast<unsigned char>(c);
+        out += (u < 0x20 && c != '\n' && c != '\t') ? '?' : c;
+      }
+    }
+  }
+  return out;
+}
+
+// ---- axes ----
+
+/// A "nice" tick step (1, 2 or 5 times a power of ten) close to raw / target.
+double nice_step(double range, int target) {
+  const double raw = range / target;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  const double m = raw / p;
+  return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+struct YAxis {
+  double top_mib = 1;   // axis top, MiB
+  double step_mib = 1;  // tick step, MiB
+  int decimals = 0;     // label decimals
+};
+
+/// Axis over [0, max_bytes] (with a little headroom), labels in MiB.
+YAxis y_axis(uint64_t max_bytes) {
+  YAxis a;
+  const double top = std::max<double>(static_cast<double>(max_bytes), 1.0) * 1.04 / kMiB;
+  a.step_mib = nice_step(top, 6);
+  a.top_mib = std::ceil(top / a.step_mib - 1e-9) * a.step_mib;
+  a.decimals = std::max(0, static_cast<int>(-std::floor(std::log10(a.step_mib) + 1e-9)));
+  return a;
+}
+
+struct Frame {
+  double x, y, w, h;       // plot area, pixels
+  int32_t steps;           // x domain [0, steps]
+  YAxis ya;
+  double px_per_step() const { return w / std::max(steps, 1); }
+  double px_per_mib() const { return h / ya.top_mib; }
+  double px_x(double step) const { return x + step * px_per_step(); }
+  double px_y(double mib_value) const { return y + h - mib_value * px_per_mib(); }
+  double px_yb(uint64_t bytes) const { return px_y(static_cast<double>(bytes) / kMiB); }
+  /// The mapping, as attributes of a data group (see include/roam/viz.h).
+  std::string mapping() const {
+    return "data-x0=\"" + num_g(x) + "\" data-px-per-step=\"" + num_g(px_per_step()) +
+           "\" data-y0=\"" + num_g(y + h) + "\" data-px-per-mib=\"" + num_g(px_per_mib()) + "\"";
+  }
+};
+
+/// Grid, ticks and labels of a plot (pixels).
+std::string axes(const Frame& f, const std::string& y_title) {
+  std::string s = "<g class=\"axis\">\n";
+  // y grid and labels (MiB)
+  const int ny = static_cast<int>(std::lround(f.ya.top_mib / f.ya.step_mib));
+  for (int i = 0; i <= ny; ++i) {
+    const double v = i * f.ya.step_mib;
+    const double y = f.px_y(v);
+    s += "<line class=\"grid\" x1=\"" + num(f.x) + "\" x2=\"" + num(f.x + f.w) + "\" y1=\"" +
+         num(y) + "\" y2=\"" + num(y) + "\"/>";
+    char label[64];
+    std::snprintf(label, sizeof label, "%.*f", f.ya.decimals, v);
+    s += "<text x=\"" + num(f.x - 6) + "\" y=\"" + num(y + 4) + "\" text-anchor=\"end\">" +
+         label + "</text>\n";
+  }
+  // x ticks (steps)
+  const int32_t n = std::max(f.steps, 1);
+  const double xs = std::max(1.0, nice_step(n, 10));
+  for (double t = 0; t <= n + 1e-9; t += xs) {
+    const double x = f.px_x(t);
+    s += "<line x1=\"" + num(x) + "\" x2=\"" + num(x) + "\" y1=\"" + num(f.y + f.h) + "\" y2=\"" +
+         num(f.y + f.h + 5) + "\"/><text x=\"" + num(x) + "\" y=\"" + num(f.y + f.h + 18) +
+         "\" text-anchor=\"middle\">" + num(t, 0) + "</text>\n";
+  }
+  s += "<path class=\"frame\" d=\"M" + num(f.x) + " " + num(f.y) + "V" + num(f.y + f.h) + "H" +
+       num(f.x + f.w) + "\"/>\n";
+  s += "<text x=\"" + num(f.x + f.w / 2) + "\" y=\"" + num(f.y + f.h + 36) +
+       "\" text-anchor=\"middle\">step</text>\n";
+  s += "<text transform=\"translate(" + num(f.x - 58) + " " + num(f.y + f.h / 2) +
+       ") rotate(-90)\" text-anchor=\"middle\">" + esc(y_title) + "</text>\n";
+  s += "</g>\n";
+  return s;
+}
+
+// ---- key points ----
+
+/// One short tick per key point in a strip just above the plot.
+std::string key_ticks(const Frame& f, const std::vector<int32_t>& key_steps) {
+  std::string s = "<path class=\"keypoints\" d=\"";
+  const std::string y = num(f.y - 8), y2 = num(f.y - 1);
+  for (const int32_t k : key_steps) s += "M" + num(f.px_x(k + 0.5)) + " " + y + "V" + y2;
+  return s + "\"><title>key points (ops at the same step in every valid order): " +
+         std::to_string(key_steps.size()) + "</title></path>\n";
+}
+
+/// Faint full-height lines at the key points, when they are few enough not to cover the plot.
+std::string key_lines(const Frame& f, const std::vector<int32_t>& key_steps) {
+  if (key_steps.empty() || key_steps.size() > 80 ||
+      static_cast<double>(key_steps.size()) * 6 > f.w) {
+    return "";
+  }
+  std::string s = "<path class=\"keylines\" d=\"";
+  for (const int32_t k : key_steps) {
+    s += "M" + num(f.px_x(k + 0.5)) + " " + num(f.y + f.h) + "V" + num(f.y);
+  }
+  return s + "\"/>\n";
+}
+
+// ---- the documents ----
+
+const char* kind_label(VizKind k) {
+  switch (k) {
+    case VizKind::kActivation: return "activation";
+    case VizKind::kGradient: return "gradient";
+    case VizKind::kOptimizerTemporary: return "optimizer temporary";
+    case VizKind::kTemporary: break;
+  }
+  return "temporary";
+}
+
+std::string style(int32_t steps) {
+  std::string s =
+      "text{font-family:sans-serif;font-size:12px;fill:#222}"
+      ".h1{font-size:16px;font-weight:bold}.small{font-size:11px;fill:#555}"
+      ".bg{fill:#fff}"
+      ".act{fill:#4e79a7}.tmp{fill:#f1a340}.grad{fill:#e15759}.opt{fill:#9467bd}"
+      ".axis line,.frame{stroke:#333;fill:none}.axis .grid{stroke:#e4e4e4}"
+      ".tp{fill:none;stroke:#000;stroke-width:1.3}"
+      ".arena{stroke:#c00;stroke-width:1.5;stroke-dasharray:7 4}"
+      ".keypoints{stroke:#1a1;stroke-width:1.2}.keylines{stroke:#2a2;stroke-opacity:.35}"
+      ".order{fill:none;stroke-opacity:.85}.legend .order{stroke-width:2}"
+      ".lb{stroke:#555;stroke-width:1;stroke-dasharray:3 3}";
+  for (int i = 0; i < kNumOrderColors; ++i) {
+    s += std::string(".o") + std::to_string(i) + "{stroke:" + kOrderColors[i] + "}";
+  }
+  // Thin dark outlines separate neighbouring rectangles (and keep very thin ones visible) when
+  // steps are wide enough to show them.
+  if (steps > 0 && kPlotW / steps >= 3) {
+    s += "#storages rect{stroke:#000;stroke-opacity:.35;stroke-width:.5}";
+  }
+  return s;
+}
+
+struct Ctx {
+  const Graph& g;
+  const Order& order;
+  const std::vector<uint64_t>& offsets;
+  uint64_t alignment;
+  const VizOptions& opt;
+  int32_t n = 0;
+  Liveness live;
+  std::vector<uint64_t> live_bytes;
+  uint64_t tp = 0;
+  uint64_t arena = 0;
+  std::vector<VizKind> kinds;
+  std::vector<int32_t> key_steps;
+};
+
+std::string legend_swatch(double x, double y, const std::string& cls, const std::string& label,
+                          const std::string& sub) {
+  std::string s = "<rect class=\"" + cls + "\" x=\"" + num(x) + "\" y=\"" + num(y - 10) +
+                  "\" width=\"14\" height=\"12\"/><text x=\"" + num(x + 20) + "\" y=\"" + num(y) +
+                  "\">" + esc(label) + "</text>";
+  if (!sub.empty()) {
+    s += "<text class=\"small\" x=\"" + num(x + 20) + "\" y=\"" + num(y + 14) + "\">" + esc(sub) +
+         "</text>";
+  }
+  return s + "\n";
+}
+
+std::string legend_line(double x, double y, const std::string& cls, const std::string& label,
+                        const std::string& sub) {
+  std::string s = "<line class=\"" + cls + "\" x1=\"" + num(x) + "\" x2=\"" + num(x + 14) +
+                  "\" y1=\"" + num(y - 4) + "\" y2=\"" + num(y - 4) + "\"/><text x=\"" +
+                  num(x + 20) + "\" y=\"" + num(y) + "\">" + esc(label) + "</text>";
+  if (!sub.empty()) {
+    s += "<text class=\"small\" x=\"" + num(x + 20) + "\" y=\"" + num(y + 14) + "\">" + esc(sub) +
+         "</text>";
+  }
+  return s + "\n";
+}
+
+/// View 1 in local pixel coordinates [0, kWidth] x [0, kArenaH].
+std::string arena_panel(const Ctx& c) {
+  const Graph& g = c.g;
+  Frame f{kPlotX, kArenaPlotY, kPlotW, kArenaPlotH, c.n, y_axis(std::max(c.arena, c.tp))};
+  std::string s;
+  s.reserve(256 + static_cast<size_t>(g.num_storages()) * 200);
+  const std::string order_label = c.opt.order_label.empty() ? "?" : c.opt.order_label;
+  const std::string layout_label = c.opt.layout_label.empty() ? "?" : c.opt.layout_label;
+  const double frag = c.tp == 0 ? 0.0 : static_cast<double>(c.arena) / static_cast<double>(c.tp) - 1;
+  s += "<text class=\"h1\" x=\"" + num(kPlotX) + "\" y=\"24\">Arena of " + esc(g.name) +
+       " (order " + esc(order_label) + ", layout " + esc(layout_label) + ", alignment " +
+       std::to_string(c.alignment) + " B)</text>\n";
+  s += "<text x=\"" + num(kPlotX) + "\" y=\"44\">" + std::to_string(c.n) + " steps, " +
+       std::to_string(g.num_storages()) + " storages; resident " + mib(g.resident_bytes) +
+       " MiB (not drawn), Tp " + mib(c.tp) + " MiB, arena " + mib(c.arena) +
+       " MiB, fragmentation " + num(100 * frag, 2) + " %, " + std::to_string(c.key_steps.size()) +
+       " key points</text>\n";
+  s += "<text class=\"small\" x=\"" + num(kPlotX) + "\" y=\"60\">x: step (a storage covers "
+       "steps first..last), y: offset in the arena; hover a rectangle for its tensor</text>\n";
+  s += axes(f, "offset (MiB)");
+
+  // Rectangles (over the key point lines), the Tp curve, the arena line and the key points.
+  s += key_lines(f, c.key_steps);
+  s += "<g id=\"storages\" " + f.mapping() + ">\n";
+  for (StorageIdx i = 0; i < g.num_storages(); ++i) {
+    const Storage& st = g.storages[i];
+    const Tensor& t = g.tensors[st.root];
+    const Op& op = g.ops[st.producer];
+    const uint64_t size = align_up(st.size, c.alignment);
+    const int32_t first = c.live.first[i], last = c.live.last[i];
+    s += "<rect class=\"";
+    s += viz_class(c.kinds[i]);
+    s += "\" x=\"" + num(f.px_x(first)) + "\" y=\"" + num(f.px_yb(c.offsets[i] + size)) +
+         "\" width=\"" + num((last + 1 - first) * f.px_per_step()) + "\" height=\"" +
+         num(static_cast<double>(size) / kMiB * f.px_per_mib()) + "\"><title>" + esc(t.id);
+    if (!t.name.empty()) s += " " + esc(t.name);
+    s += "\n" + std::to_string(st.size) + " B (" + mib(st.size) + " MiB)";
+    s += ", ";
+    s += kind_label(c.kinds[i]);
+    if (st.graph_output) s += ", graph output";
+    s += "\noffset " + std::to_string(c.offsets[i]) + " B\nop " + esc(op.id) + " " +
+         esc(op.target) + "\nsteps " + std::to_string(first) + "-" + std::to_string(last) + " (" +
+         std::to_string(last + 1 - first) + ")</title></rect>\n";
+  }
+  s += "<polyline class=\"tp\" points=\"";
+  for (int32_t t = 0; t < c.n; ++t) {
+    if (t) s += ' ';
+    s += num(f.px_x(t + 0.5)) + "," + num(f.px_yb(c.live_bytes[t]));
+  }
+  s += "\"><title>Tp curve: live bytes per step, peak " + std::to_string(c.tp) + " B (" + mib(c.tp) +
+       " MiB)</title></polyline>\n";
+  s += "<line class=\"arena\" x1=\"" + num(f.px_x(0)) + "\" x2=\"" + num(f.px_x(c.n)) +
+       "\" y1=\"" + num(f.px_yb(c.arena)) + "\" y2=\"" + num(f.px_yb(c.arena)) + "\"><title>arena " + std::to_string(c.arena) +
+       " B (" + mib(c.arena) + " MiB)</title></line>\n";
+  s += key_ticks(f, c.key_steps);
+  s += "</g>\n";
+
+  // Legend: kinds with counts and bytes, then the lines.
+  uint64_t count[4] = {0, 0, 0, 0}, bytes[4] = {0, 0, 0, 0};
+  for (StorageIdx i = 0; i < g.num_storages(); ++i) {
+    const int k = static_cast<int>(c.kinds[i]);
+    ++count[k];
+    bytes[k] += align_up(g.storages[i].size, c.alignment);
+  }
+  s += "<g class=\"legend\">\n";
+  double y = kArenaPlotY + 10;
+  for (const VizKind k : {VizKind::kActivation, VizKind::kGradient, VizKind::kOptimizerTemporary,
+                          VizKind::kTemporary}) {
+    const int i = static_cast<int>(k);
+    s += legend_swatch(kLegendX, y, viz_class(k), kind_label(k),
+                       std::to_string(count[i]) + (count[i] == 1 ? " storage, " : " storages, ") +
+                           mib(bytes[i]) + " MiB");
+    y += 36;
+  }
+  s += legend_line(kLegendX, y, "tp", "Tp curve (live bytes)", "peak " + mib(c.tp) + " MiB");
+  y += 36;
+  s += legend_line(kLegendX, y, "arena", "arena", mib(c.arena) + " MiB");
+  y += 36;
+  s += "<line class=\"keypoints\" x1=\"" + num(kLegendX + 7) + "\" x2=\"" + num(kLegendX + 7) +
+       "\" y1=\"" + num(y - 12) + "\" y2=\"" + num(y + 2) + "\"/><text x=\"" + num(kLegendX + 20) +
+       "\" y=\"" + num(y) + "\">key point</text><text class=\"small\" x=\"" + num(kLegendX + 20) +
+       "\" y=\"" + num(y + 14) + "\">same step in every order</text>\n";
+  s += "</g>\n";
+  return s;
+}
+
+/// Point indices of a polyline over `v`: every index, or per pixel column its min and max.
+std::vector<int32_t> kept_points(const std::vector<uint64_t>& v) {
+  const auto n = static_cast<int32_t>(v.size());
+  const auto columns = static_cast<int32_t>(kPlotW);
+  std::vector<int32_t> keep;
+  if (n <= 4 * columns) {
+    keep.resize(n);
+    for (int32_t i = 0; i < n; ++i) keep[i] = i;
+    return keep;
+  }
+  int32_t lo = 0;
+  for (int32_t col = 0; col < columns; ++col) {
+    const auto hi = static_cast<int32_t>((static_cast<int64_t>(col) + 1) * n / columns);
+    if (hi <= lo) continue;
+    int32_t mn = lo, mx = lo;
+    for (int32_t i = lo; i < hi; ++i) {
+      if (v[i] < v[mn]) mn = i;
+      if (v[i] > v[mx]) mx = i;
+    }
+    keep.push_back(std::min(mn, mx));
+    if (mn != mx) keep.push_back(std::max(mn, mx));
+    lo = hi;
+  }
+  return keep;
+}
+
+/// View 2 in local pixel coordinates [0, kWidth] x [0, kOrdersH].
+std::string orders_panel(const Ctx& c) {
+  const Graph& g = c.g;
+  std::vector<std::string> names = c.opt.orders.empty() ? order_methods() : c.opt.orders;
+  PlanOptions po = c.opt.order_options;
+  po.alignment = c.alignment;
+  struct Curve {
+    std::string name;
+    std::vector<uint64_t> bytes;
+    uint64_t peak = 0;
+  };
+  std::vector<Curve> curves;
+  uint64_t max_bytes = c.opt.lower_bound_bytes;
+  for (const std::string& name : names) {
+    const Order o = make_order(g, name, po);
+    Curve cv{name, live_bytes_per_step(g, compute_liveness(g, o), c.alignment), 0};
+    for (const uint64_t b : cv.bytes) cv.peak = std::max(cv.peak, b);
+    max_bytes = std::max(max_bytes, cv.peak);
+    curves.push_back(std::move(cv));
+  }
+  Frame f{kPlotX, kOrdersPlotY, kPlotW, kOrdersPlotH, c.n, y_axis(max_bytes)};
+  std::string s;
+  s += "<text class=\"h1\" x=\"" + num(kPlotX) + "\" y=\"24\">Live bytes per step for " +
+       std::to_string(curves.size()) + " orders of " + esc(g.name) + "</text>\n";
+  s += "<text class=\"small\" x=\"" + num(kPlotX) + "\" y=\"42\">each curve: the bytes of the "
+       "storages live at each step (sizes rounded to " + std::to_string(c.alignment) +
+       " B); its maximum is the order's Tp</text>\n";
+  s += axes(f, "live bytes (MiB)");
+  s += key_lines(f, c.key_steps);
+  s += "<g id=\"orders\" " + f.mapping() + ">\n";
+  s += key_ticks(f, c.key_steps);
+  if (c.opt.lower_bound_bytes > 0) {
+    const std::string y = num(f.px_yb(c.opt.lower_bound_bytes));
+    s += "<line class=\"lb\" x1=\"" + num(f.px_x(0)) + "\" x2=\"" + num(f.px_x(c.n)) + "\" y1=\"" + y +
+         "\" y2=\"" + y +
+         "\"><title>lower bound on Tp over all orders: " + mib(c.opt.lower_bound_bytes) +
+         " MiB</title></line>\n";
+  }
+  for (size_t i = 0; i < curves.size(); ++i) {
+    const Curve& cv = curves[i];
+    // Earlier curves are drawn wider, so that curves that coincide stay visible.
+    const double width = 1.2 + 1.4 * static_cast<double>(curves.size() - 1 - i) /
+                                   static_cast<double>(std::max<size_t>(curves.size() - 1, 1));
+    s += "<polyline class=\"order o" + std::to_string(i % kNumOrderColors) + "\" stroke-width=\"" +
+         num(width, 1) + "\" data-order=\"" + esc(cv.name) + "\" points=\"";
+    bool first = true;
+    for (const int32_t t : kept_points(cv.bytes)) {
+      if (!first) s += ' ';
+      first = false;
+      s += num(f.px_x(t + 0.5)) + "," + num(f.px_yb(cv.bytes[t]));
+    }
+    s += "\"><title>" + esc(cv.name) + ": Tp " + std::to_string(cv.peak) + " B (" + mib(cv.peak) +
+         " MiB)</title></polyline>\n";
+  }
+  s += "</g>\n<g class=\"legend\">\n";
+  double y = kOrdersPlotY + 10;
+  for (size_t i = 0; i < curves.size(); ++i) {
+    const Curve& cv = curves[i];
+    std::string label = cv.name;
+    if (cv.name == c.opt.order_label) label += " (the plan's order)";
+    s += legend_line(kLegendX, y, "order o" + std::to_string(i % kNumOrderColors), label,
+                     "Tp " + mib(cv.peak) + " MiB");
+    y += 34;
+  }
+  if (c.opt.lower_bound_bytes > 0) {
+    s += legend_line(kLegendX, y, "lb", "lower bound on Tp", mib(c.opt.lower_bound_bytes) + " MiB");
+    y += 34;
+  }
+  s += "<line class=\"keypoints\" x1=\"" + num(kLegendX + 7) + "\" x2=\"" + num(kLegendX + 7) +
+       "\" y1=\"" + num(y - 12) + "\" y2=\"" + num(y + 2) + "\"/><text x=\"" + num(kLegendX + 20) +
+       "\" y=\"" + num(y) + "\">key point</text>\n";
+  s += "</g>\n";
+  return s;
+}
+
+// The HTML tooltip: shows the <title> text of the hovered element in a box that follows the
+// mouse (the title is moved into data-tip on first hover, so that the browser's own tooltip
+// does not show as well). Written without '<' and '&' so that the page stays well-formed XML.
+const char* const kScript = R"JS(
+(function () {
+  var tip = document.getElementById('tip');
+  document.addEventListener('mouseover', function (e) {
+    var el = e.target;
+    var t = el.firstElementChild;
+    if (t) { if (t.localName === 'title') { el.setAttribute('data-tip', t.textContent); t.remove(); } }
+    var text = el.getAttribute ? el.getAttribute('data-tip') : null;
+    if (!text) { tip.style.display = 'none'; return; }
+    tip.textContent = text;
+    tip.style.display = 'block';
+  });
+  document.addEventListener('mousemove', function (e) {
+    var x = e.pageX + 14;
+    if (e.clientX + 14 + tip.offsetWidth > window.innerWidth) x = e.pageX - 14 - tip.offsetWidth;
+    tip.style.left = x + 'px';
+    tip.style.top = (e.pageY + 14) + 'px';
+  });
+})();
+)JS";
+
+}  // namespace
+
+VizFormat viz_format(const std::string& file_name) {
+  std::string lower = file_name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  auto ends_with = [&](const std::string& suffix) {
+    return lower.size() > suffix.size() &&
+           lower.compare(lower.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".svg")) return VizFormat::kSvg;
+  if (ends_with(".html")) return VizFormat::kHtml;
+  throw std::invalid_argument("viz output '" + file_name + "' must end in .svg or .html");
+}
+
+std::vector<VizKind> viz_kinds(const Graph& g) {
+  const std::vector<StorageKind> base = storage_kinds(g);
+  std::vector<VizKind> kinds(g.storages.size(), VizKind::kTemporary);
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
+    const Phase p = g.ops[g.storages[s].producer].phase;
+    if (base[s] == StorageKind::kActivation) kinds[s] = VizKind::kActivation;
+    else if (p == Phase::kBackward) kinds[s] = VizKind::kGradient;
+    else if (p == Phase::kUpdate) kinds[s] = VizKind::kOptimizerTemporary;
+  }
+  return kinds;
+}
+
+const char* viz_class(VizKind kind) {
+  switch (kind) {
+    case VizKind::kActivation: return "act";
+    case VizKind::kGradient: return "grad";
+    case VizKind::kOptimizerTemporary: return "opt";
+    case VizKind::kTemporary: break;
+  }
+  return "tmp";
+}
+
+std::string render_viz(const Graph& g, const Order& order, const std::vector<uint64_t>& offsets,
+                       uint64_t alignment, const VizOptions& options) {
+  const VizFormat format = viz_format(options.file_name);
+  if (alignment == 0) throw std::invalid_argument("viz: alignment must be at least 1");
+  if (offsets.size() != g.storages.size()) {
+    throw std::invalid_argument("viz: " + std::to_string(offsets.size()) + " offsets for " +
+                                std::to_string(g.storages.size()) + " storages");
+  }
+  Ctx c{g, order, offsets, alignment, options, 0, {}, {}, 0, 0, {}, {}};
+  c.n = g.num_ops();
+  c.live = compute_liveness(g, order);  // throws std::invalid_argument unless a permutation
+  c.live_bytes = live_bytes_per_step(g, c.live, alignment);
+  for (const uint64_t b : c.live_bytes) c.tp = std::max(c.tp, b);
+  c.arena = arena_bytes(g, offsets, alignment);
+  c.kinds = viz_kinds(g);
+  const std::vector<int32_t> step = steps_of(g, order);
+  for (const OpIdx v : key_points(g)) c.key_steps.push_back(step[v]);
+  std::sort(c.key_steps.begin(), c.key_steps.end());
+
+  const std::string orders = orders_panel(c);  // first: an unknown method throws before work
+  const std::string arena = arena_panel(c);
+  const std::string css = style(c.n);
+  const std::string size1 = "width=\"" + num(kWidth) + "\" height=\"" + num(kArenaH) +
+                            "\" viewBox=\"0 0 " + num(kWidth) + " " + num(kArenaH) + "\"";
+  const std::string size2 = "width=\"" + num(kWidth) + "\" height=\"" + num(kOrdersH) +
+                            "\" viewBox=\"0 0 " + num(kWidth) + " " + num(kOrdersH) + "\"";
+  std::string doc;
+  doc.reserve(arena.size() + orders.size() + 4096);
+  if (format == VizFormat::kSvg) {
+    const double h = kArenaH + kOrdersH;
+    doc += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+    doc += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" +
+           num(h) + "\" viewBox=\"0 0 " + num(kWidth) + " " + num(h) + "\">\n";
+    doc += "<title>roam viz: " + esc(g.name) + "</title>\n<style>" + css + "</style>\n";
+    doc += "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"" + num(kWidth) + "\" height=\"" + num(h) +
+           "\"/>\n";
+    doc += "<g id=\"view-arena\">\n" + arena + "</g>\n";
+    doc += "<g id=\"view-orders\" transform=\"translate(0 " + num(kArenaH) + ")\">\n" + orders +
+           "</g>\n";
+    doc += "</svg>\n";
+  } else {
+    doc += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n";
+    doc += "<title>roam viz: " + esc(g.name) + "</title>\n<style>\n";
+    doc += "body{font-family:sans-serif;margin:16px;background:#fff}"
+           "svg{max-width:100%;height:auto;display:block}"
+           "#storages rect:hover{fill-opacity:.6}"
+           ".order:hover{stroke-width:3}"
+           "#tip{position:absolute;display:none;background:#fffff0;border:1px solid #888;"
+           "padding:4px 6px;font:12px monospace;white-space:pre;pointer-events:none}\n";
+    doc += css + "\n</style>\n</head>\n<body>\n";
+    doc += "<section id=\"view-arena\">\n<svg " + size1 + ">\n<rect class=\"bg\" x=\"0\" y=\"0\" "
+           "width=\"" + num(kWidth) + "\" height=\"" + num(kArenaH) + "\"/>\n" + arena +
+           "</svg>\n</section>\n";
+    doc += "<section id=\"view-orders\">\n<svg " + size2 + ">\n<rect class=\"bg\" x=\"0\" y=\"0\" "
+           "width=\"" + num(kWidth) + "\" height=\"" + num(kOrdersH) + "\"/>\n" + orders +
+           "</svg>\n</section>\n";
+    doc += "<div id=\"tip\"></div>\n<script>" + std::string(kScript) + "</script>\n";
+    doc += "</body>\n</html>\n";
+  }
+  return doc;
+}
+
+std::string render_viz(const Graph& g, const Plan& plan, const VizOptions& options) {
+  VizOptions o = options;
+  if (o.order_label.empty()) o.order_label = plan.order_method;
+  if (o.layout_label.empty()) o.layout_label = plan.layout_method;
+  if (o.lower_bound_bytes == 0) o.lower_bound_bytes = plan.stats.lower_bound_bytes;
+  return render_viz(g, plan.order, plan.offsets, plan.alignment, o);
+}
+
+}  // namespace roam
