@@ -248,7 +248,8 @@ constexpr double kPx = 0.006;  // coordinates are rounded to 2 decimals
 // Storages (aligned to 64 B), in StorageIdx order (producer order):
 //   a     1000 -> 1024  f0 (forward), read by b0 (backward)   activation   steps 0..3
 //   b      512          f1 (forward), read by f2 only          temporary    steps 1..2
-//   loss     4 ->   64  f2 (forward), read by b0; graph output activation   steps 2..7
+//   loss     4 ->   64  f2 (forward), read by b0, last by o0   temporary    steps 2..7
+//                        (other phase; graph output): not last used in backward
 //   ga    1000 -> 1024  b0 (backward), read by b1, u0          gradient     steps 3..5
 //   gw     256          b1 (backward), read by u1              gradient     steps 4..6
 //   u      300 ->  320  u0 (update)                            optimizer    steps 5..6
@@ -289,7 +290,7 @@ struct Expected {
   uint64_t aligned;
 };
 const Expected kExpected[] = {
-    {"a", "act", 0, 3, 1024},  {"b", "tmp", 1, 2, 512},  {"loss", "act", 2, 7, 64},
+    {"a", "act", 0, 3, 1024},  {"b", "tmp", 1, 2, 512},  {"loss", "tmp", 2, 7, 64},
     {"ga", "grad", 3, 5, 1024}, {"gw", "grad", 4, 6, 256}, {"u", "opt", 5, 6, 320},
     {"s", "tmp", 7, 7, 64}};
 const uint64_t kLiveBytes[] = {1024, 1536, 1600, 2112, 1344, 1664, 640, 128};
