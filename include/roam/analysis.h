@@ -60,7 +60,8 @@ std::vector<StorageKind> storage_kinds(const Graph& g);
 /// Lower bound on Tp over all valid orders (bytes, sizes rounded to `alignment`): for each op v,
 /// the storages that are live at v in every order (v's own inputs and outputs, every storage
 /// produced by an ancestor of v and used by a descendant of v or kept as a graph output); the
-/// maximum over v. O(V * E / 64 + sum over storages of V / 64 * users) time, O(V^2 / 8) bytes.
+/// maximum over v. O((E + sum of users) * V / 64) time; memory O(V * 8192 / 8) bytes (ops are
+/// processed in blocks of 8192).
 uint64_t lower_bound(const Graph& g, uint64_t alignment);
 
 /// The same bound per op (bytes that are live at op v in every valid order).

@@ -14,7 +14,8 @@ namespace roam {
 
 struct ValidationReport {
   bool valid = true;
-  std::vector<std::string> problems;  // first offending ops/storages, most important first
+  std::vector<std::string> problems;  // the first offending ops/storages (at most 10)
+  size_t problem_count = 0;           // all problems found, including those not listed
   PlanStats recomputed;               // stats recomputed from the graph, order and offsets
 };
 

@@ -112,34 +112,63 @@ std::vector<StorageKind> storage_kinds(const Graph& g) {
 }
 
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
+  // Storage s (producer p, users U) is live at op v in every order iff p <= v <= some u in U in
+  // the partial order (or p <= v when s is a graph output). The ops v are processed in blocks
+  // of kBlock consecutive topological positions, so memory stays O(n * kBlock / 8) while the
+  // time is that of full n x n bitsets: O((E + sum of users) * n / 64).
+  constexpr int32_t kBlock = 8192;
+  constexpr int32_t kWords = kBlock / 64;
   const int32_t n = g.num_ops();
   std::vector<uint64_t> must_live(n, 0);
-  if (n == 0) return must_live;
-  const Reachability anc(g, true);
-  const Reachability desc(g, false);
-  const int32_t words = anc.words();
-  std::vector<uint64_t> span(words);
-  for (const Storage& st : g.storages) {
-    const uint64_t size = align_up(st.size, alignment);
-    // Ops v with producer <= v (descendants of the producer) and v <= some user (ancestors of
-    // a user); all of them lie between the producer's and the last user's positions.
-    const OpIdx lo = st.producer;
-    const OpIdx hi = st.graph_output ? n - 1 : st.users.back();
-    const int32_t w0 = lo / 64, w1 = hi / 64;
-    const uint64_t* d = desc.row(st.producer);
-    if (st.graph_output) {
-      for (int32_t w = w0; w <= w1; ++w) span[w] = d[w];
-    } else {
-      for (int32_t w = w0; w <= w1; ++w) span[w] = 0;
-      for (OpIdx u : st.users) {
-        const uint64_t* a = anc.row(u);
-        for (int32_t w = w0; w <= std::min(w1, u / 64); ++w) span[w] |= a[w];
+  std::vector<uint64_t> desc_in_block, anc_in_block;  // per op x: block ops that x reaches /
+                                                       // that reach x (reflexive)
+  std::vector<uint64_t> span(kWords);
+  for (int32_t b0 = 0; b0 < n; b0 += kBlock) {
+    const int32_t b1 = std::min(n, b0 + kBlock);
+    const int32_t words = (b1 - b0 + 63) / 64;
+    // x reaches a block op only if x < b1; a block op reaches x only if x >= b0.
+    desc_in_block.assign(static_cast<size_t>(b1) * words, 0);
+    anc_in_block.assign(static_cast<size_t>(n - b0) * words, 0);
+    auto desc_row = [&](OpIdx x) { return desc_in_block.data() + static_cast<size_t>(x) * words; };
+    auto anc_row = [&](OpIdx x) { return anc_in_block.data() + static_cast<size_t>(x - b0) * words; };
+    for (OpIdx x = b1 - 1; x >= 0; --x) {
+      uint64_t* r = desc_row(x);
+      if (x >= b0) r[(x - b0) / 64] |= uint64_t{1} << ((x - b0) % 64);
+      for (OpIdx y : g.succs[x]) {
+        if (y >= b1) continue;
+        const uint64_t* q = desc_row(y);
+        for (int32_t w = 0; w < words; ++w) r[w] |= q[w];
       }
-      for (int32_t w = w0; w <= w1; ++w) span[w] &= d[w];
     }
-    for (int32_t w = w0; w <= w1; ++w) {
-      for (uint64_t bits = span[w]; bits != 0; bits &= bits - 1) {
-        must_live[w * 64 + std::countr_zero(bits)] += size;
+    for (OpIdx x = b0; x < n; ++x) {
+      uint64_t* r = anc_row(x);
+      if (x < b1) r[(x - b0) / 64] |= uint64_t{1} << ((x - b0) % 64);
+      for (OpIdx y : g.preds[x]) {
+        if (y < b0) continue;
+        const uint64_t* q = anc_row(y);
+        for (int32_t w = 0; w < words; ++w) r[w] |= q[w];
+      }
+    }
+    for (const Storage& st : g.storages) {
+      const OpIdx hi = st.graph_output ? n - 1 : st.users.back();
+      if (st.producer >= b1 || hi < b0) continue;  // no op of this block lies between them
+      const uint64_t size = align_up(st.size, alignment);
+      const uint64_t* d = desc_row(st.producer);
+      if (st.graph_output) {
+        for (int32_t w = 0; w < words; ++w) span[w] = d[w];
+      } else {
+        std::fill(span.begin(), span.begin() + words, 0);
+        for (OpIdx u : st.users) {
+          if (u < b0) continue;
+          const uint64_t* a = anc_row(u);
+          for (int32_t w = 0; w < words; ++w) span[w] |= a[w];
+        }
+        for (int32_t w = 0; w < words; ++w) span[w] &= d[w];
+      }
+      for (int32_t w = 0; w < words; ++w) {
+        for (uint64_t bits = span[w]; bits != 0; bits &= bits - 1) {
+          must_live[b0 + w * 64 + std::countr_zero(bits)] += size;
+        }
       }
     }
   }

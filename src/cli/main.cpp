@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -89,8 +90,24 @@ roam::Graph load(const std::string& path) {
   return g;
 }
 
+void check_method(const std::string& option, const std::string& name,
+                  const std::vector<std::string>& methods) {
+  if (name == "auto" || std::find(methods.begin(), methods.end(), name) != methods.end()) return;
+  throw std::invalid_argument(option + ": unknown method '" + name + "' (valid: auto, " +
+                              join(methods) + ")");
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 int cmd_plan(const std::string& graph_path, const std::string& out_path,
              const roam::PlanRequest& req) {
+  if (!out_path.empty() && !ends_with(out_path, ".json") && !ends_with(out_path, ".json.gz")) {
+    throw roam::InputError(out_path, "-o", "", "plan file name must end in .json or .json.gz");
+  }
+  check_method("--order", req.order, roam::order_methods());
+  check_method("--layout", req.layout, roam::layout_methods());
   const roam::Graph g = load(graph_path);
   progress("lower bound");
   const uint64_t lb = roam::lower_bound(g, req.options.alignment);
@@ -107,7 +124,9 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
             << "Tp             " << mib(st.theoretical_peak_bytes) << " MiB\n"
             << "arena          " << mib(st.arena_bytes) << " MiB\n";
   if (r.reserved_bytes != st.arena_bytes) {
-    std::cout << "reserved       " << mib(r.reserved_bytes) << " MiB (caching-allocator segments)\n";
+    std::cout << "reserved       " << mib(r.reserved_bytes)
+              << " MiB (caching-allocator segments; held = resident + reserved = "
+              << mib(st.resident_bytes + r.reserved_bytes) << " MiB)\n";
   }
   std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
             << "lower bound    " << mib(st.lower_bound_bytes) << " MiB (Tp / bound = "
@@ -128,6 +147,9 @@ int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
   if (!rep.valid) {
     std::cout << "INVALID: " << plan_path << "\n";
     for (const auto& p : rep.problems) std::cout << "  " << p << "\n";
+    if (rep.problem_count > rep.problems.size()) {
+      std::cout << "  ... and " << rep.problem_count - rep.problems.size() << " more problem(s)\n";
+    }
     return kExitInvalid;
   }
   const roam::PlanStats& st = rep.recomputed;
@@ -161,7 +183,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                         std::find(layouts.begin(), layouts.end(), "pytorch") != layouts.end();
   struct Row {
     roam::PlanResult r;
-    uint64_t peak;  // resident + reserved: what the process holds
+    uint64_t peak;  // "held": resident + reserved, what the process holds
   };
   std::vector<Row> rows;
   if (!have_ref) {
@@ -187,26 +209,27 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   std::cout << "graph " << g.name << ": " << g.ops.size() << " ops, " << g.storages.size()
             << " storages, resident " << mib(g.resident_bytes) << " MiB, lower bound " << mib(lb)
             << " MiB, alignment " << alignment << " B\n";
-  std::printf("%-8s %-15s %10s %7s %10s %10s %10s %7s %8s %11s\n", "order", "layout", "Tp_MiB",
-              "Tp/LB", "arena_MiB", "resv_MiB", "peak_MiB", "frag_%", "seconds", "vs_pytorch");
+  std::printf("%-8s %-15s %10s %7s %10s %7s %10s %10s %8s %11s\n", "order", "layout", "Tp_MiB",
+              "Tp/LB", "arena_MiB", "frag_%", "peak_MiB", "held_MiB", "seconds", "vs_pytorch");
   for (const Row& row : rows) {
     const roam::PlanStats& st = row.r.plan.stats;
     const double ratio = lb ? static_cast<double>(st.theoretical_peak_bytes) / static_cast<double>(lb) : 1.0;
     const double red = ref_peak ? 100.0 * (1.0 - static_cast<double>(row.peak) / static_cast<double>(ref_peak)) : 0.0;
-    std::printf("%-8s %-15s %10s %7.4f %10s %10s %10s %7.2f %8.3f %10.2f%%\n",
+    std::printf("%-8s %-15s %10s %7.4f %10s %7.2f %10s %10s %8.3f %10.2f%%\n",
                 row.r.plan.order_method.c_str(), row.r.plan.layout_method.c_str(),
                 mib(st.theoretical_peak_bytes).c_str(), ratio, mib(st.arena_bytes).c_str(),
-                mib(row.r.reserved_bytes).c_str(), mib(row.peak).c_str(), 100.0 * st.fragmentation,
+                100.0 * st.fragmentation, mib(st.peak_bytes).c_str(), mib(row.peak).c_str(),
                 st.solve_seconds, red);
   }
-  std::cout << "peak = resident + reserved (reserved = arena except for the pytorch caching "
-               "simulation); vs_pytorch = peak reduction against program + pytorch; lower bound "
+  std::cout << "peak = resident + arena (as in the plan file); held = resident + bytes the method "
+               "reserves (= peak, except that the pytorch caching simulation holds whole "
+               "segments); vs_pytorch = reduction of held against program + pytorch; lower bound "
             << fixed(lb_seconds, 3) << " s\n";
   if (!creq.json_path.empty()) {
     nlohmann::json doc = {{"graph", g.name}, {"ops", g.ops.size()}, {"storages", g.storages.size()},
                           {"resident_bytes", g.resident_bytes}, {"lower_bound_bytes", lb},
                           {"lower_bound_seconds", lb_seconds}, {"alignment", alignment},
-                          {"reference_peak_bytes", ref_peak}, {"rows", nlohmann::json::array()}};
+                          {"reference_held_bytes", ref_peak}, {"rows", nlohmann::json::array()}};
     for (const Row& row : rows) {
       const roam::PlanStats& st = row.r.plan.stats;
       doc["rows"].push_back({{"order", row.r.plan.order_method},
@@ -214,7 +237,8 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                              {"theoretical_peak_bytes", st.theoretical_peak_bytes},
                              {"arena_bytes", st.arena_bytes},
                              {"reserved_bytes", row.r.reserved_bytes},
-                             {"peak_bytes", row.peak},
+                             {"peak_bytes", st.peak_bytes},
+                             {"held_bytes", row.peak},
                              {"fragmentation", st.fragmentation},
                              {"solve_seconds", st.solve_seconds}});
     }
@@ -239,6 +263,7 @@ int main(int argc, char** argv) {
       "Sizes are in bytes in files and MiB (2^20 bytes) on screen; times in seconds.\n"
       "Exit status: 0 ok, 1 plan invalid (validate), 2 bad input or usage, 3 internal error."};
   app.require_subcommand(1);
+  app.fallthrough();  // `roam plan -q ...` as well as `roam -q plan ...`
   app.add_flag("-q,--quiet", roam::cli::g_quiet, "no progress messages on stderr");
 
   std::string graph_path, plan_path, out_path;
@@ -267,7 +292,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256))->capture_default_str();
   plan->add_option("--time-limit", req.options.time_limit_seconds,
                    "wall-clock budget of the roam planners, seconds")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->capture_default_str();
 
   CLI::App* validate = app.add_subcommand(
       "validate",
@@ -294,7 +319,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256))->capture_default_str();
   compare->add_option("--time-limit", req.options.time_limit_seconds,
                       "wall-clock budget of each roam planner call, seconds")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->capture_default_str();
 
   roam::cli::Verbs verbs = {
       {plan, [&] { return cmd_plan(graph_path, out_path, req); }},
@@ -308,6 +333,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     check_alignment(req.options.alignment);
+    if (!std::isfinite(req.options.time_limit_seconds) || req.options.time_limit_seconds <= 0) {
+      throw CLI::ValidationError("--time-limit", "must be a positive number of seconds");
+    }
+    if (plan->count("-o") > 0 && out_path.empty()) {
+      throw CLI::ValidationError("-o", "needs a file name");
+    }
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;
@@ -315,7 +346,14 @@ int main(int argc, char** argv) {
 
   try {
     for (const roam::cli::Verb& verb : verbs) {
-      if (*verb.command) return verb.run();
+      if (!*verb.command) continue;
+      const int status = verb.run();
+      std::cout.flush();
+      if (!std::cout) {
+        std::cerr << "roam: error: cannot write to standard output\n";
+        return kExitBadInput;
+      }
+      return status;
     }
   } catch (const roam::InputError& e) {
     std::cerr << "roam: error: " << e.what() << "\n";
@@ -323,6 +361,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::cerr << "roam: error: " << e.what() << "\n";
     return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "roam: error: out of memory (the graph is too large for this machine)\n";
+    return kExitInternal;
   } catch (const InternalError& e) {
     std::cerr << "roam: internal error (a bug, nothing written): " << e.what() << "\n";
     return kExitInternal;

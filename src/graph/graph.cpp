@@ -91,7 +91,7 @@ Role parse_role(const Ctx& c, const std::string& s, const std::string& field,
 
 Phase parse_phase(const Ctx& c, const std::string& s, const std::string& field,
                   const std::string& id) {
-  if (s.empty() || s == "other") return Phase::kOther;
+  if (s == "other") return Phase::kOther;
   if (s == "forward") return Phase::kForward;
   if (s == "backward") return Phase::kBackward;
   if (s == "update") return Phase::kUpdate;
@@ -165,6 +165,11 @@ void finalize(Graph& g, const Ctx& c) {
              "tensor has role " + quote(to_string(x.role)) + " but is produced by op " +
                  quote(g.ops[x.producer].id) + " (a role is only for graph inputs)");
     }
+    if (x.alias_of >= 0 && x.role != Role::kNone && g.tensors[x.root].role == Role::kNone) {
+      c.fail("tensors.role", x.id,
+             "alias of " + quote(g.tensors[x.root].id) + " has role " + quote(to_string(x.role)) +
+                 " but its root is not resident (an alias shares its root's storage)");
+    }
     if (x.alias_of < 0 && x.role == Role::kNone && x.producer < 0) {
       c.fail("tensors.role", x.id,
              "root tensor has no producer and no role (every non-resident root needs exactly "
@@ -179,9 +184,19 @@ void finalize(Graph& g, const Ctx& c) {
   // tensor it reads, and of the base of every alias it produces; plus `after` edges.
   g.preds.assign(n, {});
   g.succs.assign(n, {});
+  // Nearest producer along each alias chain, memoized so that long chains stay linear.
+  constexpr OpIdx kUnknown = -2;
+  std::vector<OpIdx> nearest(nt, kUnknown);
   auto nearest_producer = [&](TensorIdx t) {
-    while (t >= 0 && g.tensors[t].producer < 0) t = g.tensors[t].alias_of;
-    return t >= 0 ? g.tensors[t].producer : OpIdx{-1};
+    std::vector<TensorIdx> walked;
+    while (t >= 0 && nearest[t] == kUnknown && g.tensors[t].producer < 0) {
+      walked.push_back(t);
+      t = g.tensors[t].alias_of;
+    }
+    const OpIdx found = t < 0 ? OpIdx{-1} : nearest[t] != kUnknown ? nearest[t] : g.tensors[t].producer;
+    if (t >= 0) nearest[t] = found;
+    for (TensorIdx w : walked) nearest[w] = found;
+    return found;
   };
   for (OpIdx v = 0; v < n; ++v) {
     auto& p = g.preds[v];
@@ -338,9 +353,11 @@ Graph parse_graph(const json& doc, const std::string& file) {
     alias_names[i] = optional_string(c, jt, "alias_of", field, t.id);
     t.name = optional_string(c, jt, "name", field, t.id);
     t.dtype = optional_string(c, jt, "dtype", field, t.id);
-    if (auto it = jt.find("shape"); it != jt.end() && it->is_array()) {
+    if (auto it = jt.find("shape"); it != jt.end() && !it->is_null()) {
+      if (!it->is_array()) c.fail(field + ".shape", t.id, "must be an array of integers, got " + it->dump());
       for (const json& d : *it) {
-        if (d.is_number_integer()) t.shape.push_back(d.get<int64_t>());
+        if (!d.is_number_integer()) c.fail(field + ".shape", t.id, "must be an array of integers, got " + it->dump());
+        t.shape.push_back(d.get<int64_t>());
       }
     }
     if (!g.tensor_index.emplace(t.id, static_cast<TensorIdx>(i)).second) {
@@ -371,7 +388,9 @@ Graph parse_graph(const json& doc, const std::string& file) {
       c.fail(field + ".id", op.id, "duplicate op id");
     }
     op.target = optional_string(c, jo, "target", field, op.id);
-    op.phase = parse_phase(c, optional_string(c, jo, "phase", field, op.id), field + ".phase", op.id);
+    if (jo.contains("phase")) {
+      op.phase = parse_phase(c, require_string(c, jo, "phase", field, op.id), field + ".phase", op.id);
+    }
     if (auto it = jo.find("cost"); it != jo.end() && !it->is_null()) {
       if (!it->is_number() || it->get<double>() < 0) {
         c.fail(field + ".cost", op.id, "must be a non-negative number of seconds, got " + it->dump());
@@ -394,8 +413,9 @@ Graph parse_graph(const json& doc, const std::string& file) {
   }
   // `after` refers to ops by id, possibly later in the file; resolve in a second pass.
   for (size_t i = 0; i < ops.size(); ++i) {
-    const std::string field = "ops[" + std::to_string(i) + "].after";
-    for (const json& ref : require_array(c, ops[i], "after", field, g.ops[i].id, true)) {
+    const std::string op_field = "ops[" + std::to_string(i) + "]";
+    const std::string field = op_field + ".after";
+    for (const json& ref : require_array(c, ops[i], "after", op_field, g.ops[i].id, true)) {
       if (!ref.is_string()) c.fail(field, g.ops[i].id, "entries must be op ids");
       auto it = g.op_index.find(ref.get<std::string>());
       if (it == g.op_index.end()) {

@@ -15,6 +15,9 @@ namespace roam {
 namespace {
 
 constexpr size_t kMaxProblems = 10;
+// Bounds that keep offset + aligned size far from uint64 overflow (graph sizes total < 2^62).
+constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
+constexpr uint64_t kMaxOffset = uint64_t{1} << 62;
 
 struct Reader {
   const std::string& file;
@@ -47,7 +50,12 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     r.fail("version", "", "unsupported version " + version.dump() + " (this reader takes 1)");
   }
   const uint64_t alignment = r.get_u64(r.get(doc, "alignment"), "alignment", "");
-  if (alignment == 0) r.fail("alignment", "", "must be at least 1");
+  if (alignment == 0 || alignment > kMaxAlignment) {
+    r.fail("alignment", "", "must be between 1 and 2^30 bytes, got " + std::to_string(alignment));
+  }
+  if (auto it = doc.find("graph"); it != doc.end() && !it->is_string()) {
+    r.fail("graph", "", "must be the graph's name (a string), got " + it->dump());
+  }
   const auto& jorder = r.get(doc, "order");
   if (!jorder.is_array()) r.fail("order", "", "must be an array of op ids");
   const auto& joffsets = r.get(doc, "offsets");
@@ -65,6 +73,7 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   ValidationReport rep;
   auto problem = [&](const std::string& msg) {
     rep.valid = false;
+    ++rep.problem_count;
     if (rep.problems.size() < kMaxProblems) rep.problems.push_back(msg);
   };
   if (auto it = doc.find("graph"); it != doc.end() && it->is_string() && it->get<std::string>() != g.name) {
@@ -119,6 +128,10 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     const StorageIdx s = g.storage_of[it->second];
     if (s < 0 || g.storages[s].root != it->second) {
       problem("offsets: tensor '" + id + "' is not a non-resident root storage of non-zero size");
+      continue;
+    }
+    if (off >= kMaxOffset) {
+      problem("offsets: storage '" + id + "' at " + std::to_string(off) + " is beyond 2^62 bytes");
       continue;
     }
     if (off % alignment != 0) {

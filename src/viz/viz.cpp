@@ -483,7 +483,7 @@ VizFormat viz_format(const std::string& file_name) {
   };
   if (ends_with(".svg")) return VizFormat::kSvg;
   if (ends_with(".html")) return VizFormat::kHtml;
-  throw std::invalid_argument("viz output '" + file_name + "' must end in .svg or .html");
+  throw std::invalid_argument("viz output '" + file_name + "' must be a file name ending in .svg or .html");
 }
 
 std::vector<VizKind> viz_kinds(const Graph& g) {
