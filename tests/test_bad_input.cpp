@@ -287,6 +287,93 @@ TEST(BadInput, OtherFieldErrors) {
   EXPECT_THROW(roam::parse_graph(tensors.doc, kFile), roam::InputError);
 }
 
+TEST(BadInput, StricterFieldRules) {
+  // An empty phase is not "other": it is no phase at all.
+  auto phase = base();
+  phase.doc["ops"][1]["phase"] = "";
+  expect_input_error(phase.doc, {"ops[1].phase", "n1", {"unknown phase"}});
+  // shape must be an array of integers.
+  auto shape = base();
+  shape.doc["tensors"][1]["shape"] = "x";
+  expect_input_error(shape.doc, {"tensors[1].shape", "a", {"integers"}});
+  shape.doc["tensors"][1]["shape"] = json::array({2, "x"});
+  expect_input_error(shape.doc, {"tensors[1].shape", "a", {"integers"}});
+  // A role on an alias whose root is an activation contradicts the root's residency.
+  auto role = base();
+  role.tensor("v", 100, "buffer", "a");
+  expect_input_error(role.doc, {"tensors.role", "v", {"not resident"}});
+  // The wrong type for `after` names ops[i].after once.
+  auto after = base();
+  after.doc["ops"][1]["after"] = "n0";
+  expect_input_error(after.doc, {"ops[1].after", "n1", {"array"}});
+}
+
+TEST(BadInput, TruncatedGzipAndDeepNesting) {
+  roamtest::TempDir dir;
+  // A gzip file cut before its trailer (CRC and length) is refused, not silently accepted.
+  const std::string text = base().doc.dump();
+  const std::string gz = dir.file("cut.json.gz");
+  {
+    gzFile out = gzopen(gz.c_str(), "wb");
+    gzwrite(out, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(out);
+  }
+  std::string bytes = roamtest::read_text(gz);
+  EXPECT_NO_THROW(roam::load_graph(gz));
+  bytes.resize(bytes.size() - 8);
+  roamtest::write_text(gz, bytes);
+  try {
+    roam::load_graph(gz);
+    ADD_FAILURE() << "truncated gzip accepted";
+  } catch (const roam::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  // 100k nested arrays in meta: refused by depth before any recursive copy could overflow.
+  const std::string deep = dir.file("deep.json");
+  roamtest::write_text(deep, R"({"format":"roam-graph","version":1,"meta":{"x":)" +
+                                 std::string(100000, '[') + std::string(100000, ']') +
+                                 R"(},"tensors":[],"ops":[]})");
+  try {
+    roam::load_graph(deep);
+    ADD_FAILURE() << "deep nesting accepted";
+  } catch (const roam::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("nesting"), std::string::npos) << e.what();
+  }
+  // A number that overflows a double is a JSON error naming the file.
+  const std::string huge = dir.file("huge.json");
+  roamtest::write_text(huge, R"({"format":"roam-graph","version":1,"tensors":[],"ops":[{"id":"n0","cost":1e999}]})");
+  try {
+    roam::load_graph(huge);
+    ADD_FAILURE() << "1e999 accepted";
+  } catch (const roam::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(huge), std::string::npos) << e.what();
+  }
+}
+
+TEST(BadInput, PlanAlignmentAndOffsetsCannotOverflow) {
+  const roam::Graph g = base().parse(kFile);
+  const roam::PlanResult r = roam::make_plan(g, {"program", "llfb", roam::PlanOptions{64}}, 0);
+  json plan = roam::plan_to_json(g, r.plan);
+  plan["stats"]["lower_bound_bytes"] = roam::lower_bound(g, 64);
+  plan["stats"]["solve_seconds"] = 0.0;
+  ASSERT_TRUE(roam::validate_plan(g, plan, "p.json").valid);
+  // 2^64 - 1 as the alignment would round every size to 0: refused as unreadable.
+  json bad = plan;
+  bad["alignment"] = std::numeric_limits<uint64_t>::max();
+  EXPECT_THROW(roam::validate_plan(g, bad, "p.json"), roam::InputError);
+  // An offset whose end wraps around 2^64 is invalid, not a tiny arena.
+  bad = plan;
+  bad["offsets"]["b"] = std::numeric_limits<uint64_t>::max() - 63;
+  const roam::ValidationReport rep = roam::validate_plan(g, bad, "p.json");
+  EXPECT_FALSE(rep.valid);
+  ASSERT_FALSE(rep.problems.empty());
+  EXPECT_NE(rep.problems.front().find("2^62"), std::string::npos) << rep.problems.front();
+  // The graph name must be a string.
+  bad = plan;
+  bad["graph"] = 5;
+  EXPECT_THROW(roam::validate_plan(g, bad, "p.json"), roam::InputError);
+}
+
 // ------------------------------------------------------------------------------------------
 // CLI
 // ------------------------------------------------------------------------------------------
