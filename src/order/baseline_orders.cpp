@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "roam/order.h"
+#include "roam/roam_order.h"
 
 namespace roam {
 
@@ -190,7 +191,7 @@ Order order_dfs(const Graph& g, uint64_t alignment) {
 }
 
 const std::vector<std::string>& order_methods() {
-  static const std::vector<std::string> kMethods = {"program", "lescea", "lpmf", "bfs", "dfs"};
+  static const std::vector<std::string> kMethods = {"program", "lescea", "lpmf", "bfs", "dfs", "roam"};
   return kMethods;
 }
 
@@ -201,6 +202,7 @@ Order make_order(const Graph& g, const std::string& method, const PlanOptions& o
   if (method == "lpmf") return order_lpmf(g, alignment);
   if (method == "bfs") return order_bfs(g);
   if (method == "dfs") return order_dfs(g, alignment);
+  if (method == "roam") return order_roam(g, options);
   std::string names;
   for (const auto& m : order_methods()) names += (names.empty() ? "" : ", ") + m;
   throw std::invalid_argument("unknown order method '" + method + "' (valid: " + names + ")");
