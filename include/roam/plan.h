@@ -45,9 +45,9 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& plan);
 namespace roam {
 
 /// What `roam plan` and `roam compare` run: an order method, a layout method, an alignment.
-/// Method "auto" picks, among the baselines, the order with the smallest Tp (ties: program)
-/// or the layout with the smallest arena (ties: the first in layout_methods() order, pytorch
-/// excluded).
+/// Method "auto" is "roam" where the build has it (never worse than any baseline); otherwise
+/// the baseline order with the smallest Tp (ties: program) or the layout with the smallest
+/// arena (ties: the first in layout_methods() order, pytorch excluded).
 struct PlanRequest {
   std::string order = "auto";
   std::string layout = "auto";
@@ -63,5 +63,11 @@ struct PlanResult {
 /// `lower_bound_bytes` is computed by the caller (lower_bound(g, options.alignment)) so that it can be
 /// shared across requests. Throws std::invalid_argument for an unknown method name.
 PlanResult make_plan(const Graph& g, const PlanRequest& request, uint64_t lower_bound_bytes);
+
+/// The same with the order already computed (by `request.order`, in `order_seconds`): lays it
+/// out with `request.layout` and fills the stats. `roam compare` uses it to order once per
+/// order method.
+PlanResult make_plan_for_order(const Graph& g, Order order, double order_seconds,
+                               const PlanRequest& request, uint64_t lower_bound_bytes);
 
 }  // namespace roam

@@ -192,10 +192,16 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
     rows.push_back({std::move(r), 0});
     rows.back().peak = g.resident_bytes + rows.back().r.reserved_bytes;
   }
-  for (const std::string& order : orders) {
+  for (const std::string& order_method : orders) {
+    progress("ordering " + order_method);
+    const auto order_start = std::chrono::steady_clock::now();
+    const roam::Order order = roam::make_order(g, order_method, options);
+    const double order_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - order_start).count();
     for (const std::string& layout : layouts) {
-      progress("planning " + order + " + " + layout);
-      roam::PlanResult r = roam::make_plan(g, {order, layout, options}, lb);
+      progress("laying out " + order_method + " + " + layout);
+      roam::PlanResult r =
+          roam::make_plan_for_order(g, order, order_seconds, {order_method, layout, options}, lb);
       checked_plan_json(g, r.plan);
       const uint64_t peak = g.resident_bytes + r.reserved_bytes;
       rows.push_back({std::move(r), peak});

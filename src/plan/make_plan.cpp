@@ -1,4 +1,5 @@
 // One planning request: order, then layout, then stats.
+#include <algorithm>
 #include <chrono>
 
 #include "roam/analysis.h"
@@ -13,9 +14,11 @@ namespace {
 Order choose_order(const Graph& g, const std::string& method, const PlanOptions& options,
                    std::string& chosen) {
   const uint64_t alignment = options.alignment;
-  if (method != "auto") {
-    chosen = method;
-    return make_order(g, method, options);
+  const auto& methods = order_methods();
+  const bool has_roam = std::find(methods.begin(), methods.end(), "roam") != methods.end();
+  if (method != "auto" || has_roam) {  // roam is never worse than any baseline order
+    chosen = method == "auto" ? "roam" : method;
+    return make_order(g, chosen, options);
   }
   Order best;
   uint64_t best_tp = 0;
@@ -36,9 +39,11 @@ Order choose_order(const Graph& g, const std::string& method, const PlanOptions&
 Layout choose_layout(const Graph& g, const Liveness& live, const std::string& method,
                      const PlanOptions& options, std::string& chosen) {
   const uint64_t alignment = options.alignment;
-  if (method != "auto") {
-    chosen = method;
-    return make_layout(g, live, method, alignment);
+  const auto& methods = layout_methods();
+  const bool has_roam = std::find(methods.begin(), methods.end(), "roam") != methods.end();
+  if (method != "auto" || has_roam) {  // roam is never worse than any baseline layout
+    chosen = method == "auto" ? "roam" : method;
+    return make_layout(g, live, chosen, alignment);
   }
   Layout best;
   bool have = false;
@@ -58,21 +63,36 @@ Layout choose_layout(const Graph& g, const Liveness& live, const std::string& me
 
 PlanResult make_plan(const Graph& g, const PlanRequest& req, uint64_t lower_bound_bytes) {
   const auto start = std::chrono::steady_clock::now();
+  std::string order_method;
+  Order order = choose_order(g, req.order, req.options, order_method);
+  const double order_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PlanRequest with_order = req;
+  with_order.order = order_method;
+  PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order,
+                                     lower_bound_bytes);
+  if (req.order == "auto" || req.layout == "auto") {
+    r.plan.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
+  }
+  return r;
+}
+
+PlanResult make_plan_for_order(const Graph& g, Order order, double order_seconds,
+                               const PlanRequest& req, uint64_t lower_bound_bytes) {
+  const auto start = std::chrono::steady_clock::now();
   PlanResult r;
   Plan& p = r.plan;
   p.graph = g.name;
   p.alignment = req.options.alignment;
-  p.order = choose_order(g, req.order, req.options, p.order_method);
+  p.order = std::move(order);
+  p.order_method = req.order;
   const Liveness live = compute_liveness(g, p.order);
   Layout layout = choose_layout(g, live, req.layout, req.options, p.layout_method);
   p.offsets = std::move(layout.offsets);
   r.reserved_bytes = layout.reserved_bytes;
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      order_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   p.stats = compute_stats(g, p.order, p.offsets, req.options.alignment, lower_bound_bytes, seconds);
-  if (req.order == "auto" || req.layout == "auto") {
-    p.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
-  }
   if (!req.options.extra.empty()) p.options["extra"] = req.options.extra;
   return r;
 }
