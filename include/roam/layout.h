@@ -8,6 +8,7 @@
 
 #include "roam/analysis.h"
 #include "roam/graph.h"
+#include "roam/options.h"
 
 namespace roam {
 
@@ -32,11 +33,28 @@ Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment);
 /// in the smallest gap between conflicting placed storages that fits, else on top of them.
 Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alignment);
 
+/// XLA's global decreasing-size best fit (GlobalDecreasingSizeBestFitHeap, spatial order):
+/// storages by decreasing aligned size, then decreasing lifetime, then StorageIdx; each in the
+/// smallest gap that fits among the conflicting placed storages, else on top of them.
+Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment);
+
+/// `roam`: see roam/roam_layout.h (exact branch and bound per independent window; never worse
+/// than any other method's arena).
+Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& options);
+
+/// pytorch, llfb, greedy_by_size, best_fit, roam.
 const std::vector<std::string>& layout_methods();
 
-/// Throws std::invalid_argument for an unknown name.
+/// Throws std::invalid_argument for an unknown name. `options` gives the alignment and, for
+/// `roam`, threads, time limit and extra["node_limit"].
 Layout make_layout(const Graph& g, const Liveness& live, const std::string& method,
-                   uint64_t alignment);
+                   const PlanOptions& options);
+inline Layout make_layout(const Graph& g, const Liveness& live, const std::string& method,
+                          uint64_t alignment) {
+  PlanOptions options;
+  options.alignment = alignment;
+  return make_layout(g, live, method, options);
+}
 
 /// Arena bytes of a layout: max over storages of offset + size rounded to `alignment`.
 uint64_t arena_bytes(const Graph& g, const std::vector<uint64_t>& offsets, uint64_t alignment);

@@ -7,15 +7,19 @@
 namespace roam {
 
 const std::vector<std::string>& layout_methods() {
-  static const std::vector<std::string> kMethods = {"pytorch", "llfb", "greedy_by_size"};
+  static const std::vector<std::string> kMethods = {"pytorch", "llfb", "greedy_by_size",
+                                                     "best_fit", "roam"};
   return kMethods;
 }
 
 Layout make_layout(const Graph& g, const Liveness& live, const std::string& method,
-                   uint64_t alignment) {
+                   const PlanOptions& options) {
+  const uint64_t alignment = options.alignment;
   if (method == "pytorch") return layout_pytorch(g, live, alignment);
   if (method == "llfb") return layout_llfb(g, live, alignment);
   if (method == "greedy_by_size") return layout_greedy_by_size(g, live, alignment);
+  if (method == "best_fit") return layout_best_fit(g, live, alignment);
+  if (method == "roam") return layout_roam(g, live, options);
   std::string valid;
   for (const std::string& m : layout_methods()) valid += (valid.empty() ? "" : ", ") + m;
   throw std::invalid_argument("unknown layout method '" + method + "' (valid: " + valid + ")");
