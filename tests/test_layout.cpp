@@ -103,7 +103,8 @@ std::vector<Interval> units(std::vector<Interval> ivs) {
 }
 
 TEST(LayoutRegistry, MethodsAndDispatch) {
-  EXPECT_EQ(layout_methods(), (std::vector<std::string>{"pytorch", "llfb", "greedy_by_size"}));
+  EXPECT_EQ(layout_methods(),
+            (std::vector<std::string>{"pytorch", "llfb", "greedy_by_size", "best_fit", "roam"}));
   const auto ivs = units({{0, 1, 2}, {1, 2, 1}});
   const Graph g = interval_graph(ivs);
   const Liveness live = interval_liveness(g, ivs);
@@ -118,7 +119,7 @@ TEST(LayoutRegistry, MethodsAndDispatch) {
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("nope"), std::string::npos) << what;
-    EXPECT_NE(what.find("pytorch, llfb, greedy_by_size"), std::string::npos) << what;
+    EXPECT_NE(what.find("pytorch, llfb, greedy_by_size, best_fit, roam"), std::string::npos) << what;
   }
   EXPECT_THROW(make_layout(g, live, "llfb", 0), std::invalid_argument);
   Liveness bad = live;

@@ -38,18 +38,17 @@ Order choose_order(const Graph& g, const std::string& method, const PlanOptions&
 
 Layout choose_layout(const Graph& g, const Liveness& live, const std::string& method,
                      const PlanOptions& options, std::string& chosen) {
-  const uint64_t alignment = options.alignment;
   const auto& methods = layout_methods();
   const bool has_roam = std::find(methods.begin(), methods.end(), "roam") != methods.end();
   if (method != "auto" || has_roam) {  // roam is never worse than any baseline layout
     chosen = method == "auto" ? "roam" : method;
-    return make_layout(g, live, chosen, alignment);
+    return make_layout(g, live, chosen, options);
   }
   Layout best;
   bool have = false;
   for (const std::string& m : layout_methods()) {
     if (m == "pytorch") continue;  // a simulation of what PyTorch does, not a planner
-    Layout l = make_layout(g, live, m, alignment);
+    Layout l = make_layout(g, live, m, options);
     if (!have || l.reserved_bytes < best.reserved_bytes) {
       best = std::move(l);
       chosen = m;
