@@ -2,7 +2,12 @@
 
 The C++ library and the ``roam`` command plan the execution order and the memory layout of a
 training step (ROAM, arXiv 2310.19295). This package captures such a step from PyTorch and
-writes it as a ``roam-graph`` v1 file (see ``GRAPH_FORMAT.md``); see :mod:`roam.capture`.
+writes it as a ``roam-graph`` v1 file (see ``GRAPH_FORMAT.md``):
+``roam.capture(model, optimizer, loss_fn, example_inputs, fake=False).save("step.json.gz")``
+(see :mod:`roam.capture`); :mod:`roam.zoo` has BERT and GPT-2 in plain PyTorch.
 """
 
-__all__ = ["capture"]
+from . import capture  # noqa: F401  (a callable module: roam.capture(...))
+from .capture import Graph  # noqa: F401
+
+__all__ = ["Graph", "capture"]

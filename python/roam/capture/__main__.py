@@ -1,6 +1,11 @@
-"""``python -m roam.capture``: capture a torchvision model's training step (Adam,
-cross-entropy) as a roam-graph v1 file. Exit status 0 on success, 2 on bad arguments (e.g. an
-unknown model), 1 when the capture itself fails."""
+"""``python -m roam.capture``: capture a model's training step as a roam-graph v1 file.
+
+``--model`` is any torchvision classification model or zoo model (``bert-base``, ``gpt2``,
+``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``); ``--fake`` traces on fake tensors (nothing is
+allocated: for models larger than this machine). Progress lines go to stderr when it is a
+terminal (``--progress`` forces them, ``--quiet`` silences everything but errors). Exit status
+0 on success, 2 on bad arguments (e.g. an unknown model: the valid names are listed), 1 when
+the capture itself fails."""
 
 import argparse
 import os
@@ -11,70 +16,107 @@ import time
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m roam.capture",
-        description="Trace one training step (forward, cross-entropy, backward, Adam update) "
-                    "of a torchvision classification model with make_fx and write it as a "
+        description="Trace one training step (forward, loss, backward, optimizer update) of a "
+                    "torchvision classification model or a roam.zoo model (bert-base, gpt2, "
+                    "gpt2-medium, gpt2-large, gpt2-xl) with make_fx and write it as a "
                     "roam-graph v1 file (.json or .json.gz).")
-    p.add_argument("--model", required=True, help="torchvision.models classification model")
+    p.add_argument("--model", help="torchvision.models classification model or zoo model "
+                                    "(--list-models prints them)")
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("-o", "--output", required=True, help="output file (.json or .json.gz)")
-    p.add_argument("--measure-cost", action="store_true",
-                   help="add per-op 'cost' (median CPU seconds over --cost-repeats runs); the "
-                        "output is then no longer byte-reproducible")
-    p.add_argument("--cost-repeats", type=int, default=3)
+    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"],
+                   help="adam (default), adamw (weight decay 0.01) or sgd (lr 0.01, momentum "
+                        "0.9); single-tensor implementations")
+    p.add_argument("--fake", action="store_true",
+                   help="trace on fake tensors (FakeTensorMode): no tensor memory is allocated; "
+                        "costs are then estimated")
+    p.add_argument("--image-size", type=int, default=224, help="torchvision models")
+    p.add_argument("--num-classes", type=int, default=1000, help="torchvision models")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="zoo models (default: 128 for bert-base, 1024 for gpt2*)")
+    p.add_argument("-o", "--output", help="output file (.json or .json.gz)")
+    p.add_argument("--cost", default="auto", choices=["auto", "measured", "estimate", "none"],
+                   help="per-op 'cost' in seconds: auto (default) = measured per op on the CPU "
+                        "in real mode, FLOP/bytes estimate in fake mode; none = no cost "
+                        "(byte-reproducible output, as with estimate)")
+    p.add_argument("--measure-cost", action="store_true", help="same as --cost measured")
+    p.add_argument("--cost-repeats", type=int, default=3,
+                   help="runs whose per-op median is the measured cost")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default=None, help="graph name (default <model>-b<B>-<optimizer>)")
     p.add_argument("--no-peak-check", action="store_true",
-                   help="skip the check that the measured eager peak matches Tp(program order)")
+                   help="skip the check that the measured eager peak matches Tp(program order) "
+                        "(real mode)")
+    p.add_argument("--list-models", action="store_true", help="print the valid model names")
+    p.add_argument("--progress", action="store_true",
+                   help="progress lines on stderr even when it is not a terminal")
     p.add_argument("--quiet", action="store_true", help="no status lines on stderr")
     return p
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     t0 = time.perf_counter()
+    show_progress = not args.quiet and (args.progress or sys.stderr.isatty())
 
     def say(msg):
-        if not args.quiet:
-            print(f"[roam.capture {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr,
-                  flush=True)
+        print(f"[roam.capture {time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr,
+              flush=True)
 
+    def progress(msg):
+        if show_progress:
+            say(msg)
+
+    from .models import model_names
+    if args.list_models:
+        print("\n".join(model_names()))
+        return 0
+    if not args.model or not args.output:
+        parser.print_usage(sys.stderr)
+        print("error: --model and -o are required", file=sys.stderr)
+        return 2
     if not (args.output.endswith(".json") or args.output.endswith(".json.gz")):
         print("error: -o must end in .json or .json.gz", file=sys.stderr)
         return 2
-    if args.batch_size < 1 or args.image_size < 1 or args.num_classes < 1 or args.cost_repeats < 1:
-        print("error: --batch-size, --image-size, --num-classes and --cost-repeats must be >= 1",
-              file=sys.stderr)
+    if (args.batch_size < 1 or args.image_size < 1 or args.num_classes < 1
+            or args.cost_repeats < 1 or (args.seq_len is not None and args.seq_len < 1)):
+        print("error: --batch-size, --image-size, --num-classes, --seq-len and --cost-repeats "
+              "must be >= 1", file=sys.stderr)
+        return 2
+    cost = "measured" if args.measure_cost else args.cost
+    if cost == "measured" and args.fake:
+        print("error: --cost measured needs real tensors (not --fake)", file=sys.stderr)
         return 2
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         print(f"error: output folder {folder} does not exist", file=sys.stderr)
         return 2
 
-    from .models import classification_model_names
-    valid = classification_model_names()
+    valid = model_names()
     if args.model not in valid:
-        print(f"error: unknown model {args.model!r}. Valid torchvision classification models: "
-              + ", ".join(valid), file=sys.stderr)
+        print(f"error: unknown model {args.model!r}. Valid models (roam.zoo, then torchvision "
+              f"classification models): " + ", ".join(valid), file=sys.stderr)
         return 2
 
-    from . import capture_torchvision, summary, write_graph
+    from . import capture_named, summary, write_graph
     from .errors import CaptureError
     try:
-        res = capture_torchvision(args.model, args.batch_size, args.image_size,
-                                  args.num_classes, seed=args.seed,
-                                  measure_cost=args.measure_cost,
-                                  cost_repeats=args.cost_repeats,
-                                  check_peak=not args.no_peak_check, progress=say)
+        res = capture_named(args.model, args.batch_size, optimizer=args.optimizer,
+                            fake=args.fake, image_size=args.image_size,
+                            num_classes=args.num_classes, seq_len=args.seq_len, seed=args.seed,
+                            cost=cost, cost_repeats=args.cost_repeats,
+                            check_peak=not args.no_peak_check, graph_name=args.name,
+                            progress=progress)
     except CaptureError as e:
         print(f"error: capture of {args.model} failed: {e}", file=sys.stderr)
         return 1
     write_graph(res.graph, args.output)
     s = summary(res.graph)
-    say(f"wrote {args.output}: {s['ops']} ops, {s['tensors']} tensors "
-        f"({s['aliases']} aliases), {s['after_edges']} after edges, "
-        f"resident {s['resident_bytes']} B, Tp(program order) "
-        f"{s['tp_program_order_bytes']} B, phases {s['ops_per_phase']}")
+    if not args.quiet:
+        say(f"wrote {args.output}: {s['ops']} ops, {s['tensors']} tensors "
+            f"({s['aliases']} aliases), {s['after_edges']} after edges, "
+            f"resident {s['resident_bytes']} B, Tp(program order) "
+            f"{s['tp_program_order_bytes']} B, phases {s['ops_per_phase']}")
     return 0
 
 

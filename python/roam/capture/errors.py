@@ -12,7 +12,8 @@ class GraphCheckError(CaptureError):
 
 
 class UnknownModelError(ValueError):
-    """The requested model name is not a torchvision classification model.
+    """The requested model name is neither a torchvision classification model nor a zoo
+    model.
 
     Attributes:
         name: the name asked for.
@@ -23,5 +24,5 @@ class UnknownModelError(ValueError):
         self.name = name
         self.valid = list(valid)
         super().__init__(
-            f"unknown model {name!r}; valid torchvision classification models: "
+            f"unknown model {name!r}; valid models: "
             + ", ".join(self.valid))

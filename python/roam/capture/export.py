@@ -1,17 +1,21 @@
 """Converting a traced training step (fx GraphModule from make_fx) into a roam-graph v1.
 
-The GraphModule is run once, for real, by :class:`GraphBuilder` (a ``torch.fx.Interpreter``)
-and every tensor is described from its real value, never from node metadata:
+The GraphModule is run once by :class:`GraphBuilder` (a ``torch.fx.Interpreter``), on real
+tensors or, for a fake capture, on fake tensors under the capture's ``FakeTensorMode``, and
+every tensor is described from its value (shape, dtype, storage), never from node metadata:
 
 * placeholders become resident tensors with their role (``param``, ``buffer``,
   ``optimizer_state``, ``input``); ``get_attr`` constants become ``constant``;
 * each ``call_function`` on an ATen ``OpOverload`` becomes one op; each non-None tensor of a
   tuple/list result is its own tensor; ``operator.getitem`` nodes are not ops;
 * aliases come from the operator schema (``Tensor(a) self -> Tensor(a)``,
-  ``Tensor(a!) self``), checked against the real storages;
-* writes come from the schema (``alias_info.is_write``) and from the tensors' version
-  counters (which catch writes that the schema does not annotate, such as
-  ``native_batch_norm``'s running statistics in PyTorch 1.13);
+  ``Tensor(a!) self``), checked against the storages (fake tensors share storages exactly
+  as real ones do);
+* writes come from the schema (``alias_info.is_write``), from the tensors' version
+  counters, and from :data:`HIDDEN_WRITES`, the writes that neither shows (such as
+  ``native_batch_norm``'s running statistics in PyTorch 1.13); in real mode the contents of
+  resident tensors are also compared before and after each op, which would reveal any other
+  hidden write;
 * ``after`` edges order every write after the earlier readers of the storage and every
   reader after the last write (:func:`add_order_edges`).
 
@@ -33,6 +37,7 @@ import torch.utils._pytree as pytree
 from torch.fx.node import map_arg
 
 from .errors import CaptureError
+from .cost import estimate_op
 from .trace import PHASE_KEY, PHASES
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
@@ -67,6 +72,14 @@ def storage_ptr(t: torch.Tensor) -> int:
     return t.storage().data_ptr()
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """Identity of the storage object behind ``t``: equal exactly for tensors that share a
+    storage (also for fake / meta tensors, whose data pointers are all 0)."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage()._cdata
+    return t.storage()._cdata
+
+
 def storage_nbytes(t: torch.Tensor) -> int:
     """Bytes of the storage behind ``t``."""
     if hasattr(t, "untyped_storage"):
@@ -95,6 +108,17 @@ def _same_contents(a: torch.Tensor, b: torch.Tensor) -> bool:
 # ops (reshape of a fresh temporary) to an input that is never used again; for memory it is an
 # alias. Every other undeclared storage sharing raises CaptureError.
 UNDECLARED_ALIAS_OK = frozenset({"aten::_unsafe_view"})
+
+# Arguments that an operator writes although neither its schema annotates the write nor the
+# tensor's version counter changes (the CPU kernel writes through a raw pointer); fake tensors
+# cannot reveal them by content, so they are listed: operator -> (written arguments, the
+# boolean argument that must be true for the write to happen, or None).
+HIDDEN_WRITES = {
+    "aten::native_batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::cudnn_batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::miopen_batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::rrelu_with_noise": (("noise",), "training"),
+}
 
 
 # ---------------------------------------------------------------- schema alias sets
@@ -180,6 +204,7 @@ class BuiltGraph:
     unobserved_writes: Dict[str, int] = field(default_factory=dict)
     oversized_storages: List[str] = field(default_factory=list)
     undeclared_aliases: Dict[str, int] = field(default_factory=dict)  # target -> count
+    estimates: Dict[str, Tuple[float, float]] = field(default_factory=dict)  # op -> flops, bytes
     loss_value: Optional[torch.Tensor] = None
 
 
@@ -197,9 +222,16 @@ class GraphBuilder(torch.fx.Interpreter):
     """
 
     def __init__(self, gm: torch.fx.GraphModule, placeholders: Sequence[Tuple[str, str]],
-                 check_hidden_writes: bool = True):
+                 check_hidden_writes: bool = True, fake_mode=None,
+                 progress=None):
         super().__init__(gm, garbage_collect_values=True)
-        self.check_hidden_writes = check_hidden_writes
+        self.fake_mode = fake_mode
+        # content comparison needs real values
+        self.check_hidden_writes = check_hidden_writes and fake_mode is None
+        self.progress = progress
+        self._n_nodes = len(gm.graph.nodes)
+        self._n_done = 0
+        self._last_report = time.monotonic()
         self.g = BuiltGraph()
         self._roles = list(placeholders)
         self._ph_index = 0
@@ -229,8 +261,18 @@ class GraphBuilder(torch.fx.Interpreter):
         self._root[tid] = self._root[alias_of] if alias_of is not None else tid
         return tid
 
+    def run(self, *args, **kwargs):
+        if self.fake_mode is None:
+            return super().run(*args, **kwargs)
+        with self.fake_mode:
+            return super().run(*args, **kwargs)
+
     # -- nodes
     def run_node(self, n: torch.fx.Node) -> Any:
+        self._n_done += 1
+        if self.progress is not None and time.monotonic() - self._last_report >= 2.0:
+            self._last_report = time.monotonic()
+            self.progress(f"recording: {self._n_done}/{self._n_nodes} fx nodes")
         if n.op == "placeholder":
             value = super().run_node(n)
             if not isinstance(value, torch.Tensor):
@@ -245,6 +287,9 @@ class GraphBuilder(torch.fx.Interpreter):
                 raise CaptureError(f"parameter {n.target} leaked into the trace as a constant")
             if not isinstance(value, torch.Tensor):
                 raise CaptureError(f"get_attr {n.target} is not a tensor")
+            if self.fake_mode is not None:
+                from .fake import to_fake
+                value = to_fake(self.fake_mode, value, constant=True)
             self._tid[n] = _Tid(self._new_tensor(value, str(n.target), role="constant"))
             return value
         if n.op == "output":
@@ -318,12 +363,22 @@ class GraphBuilder(torch.fx.Interpreter):
         out = target(*args, **kwargs)
         cost = time.perf_counter() - t0
 
+        hidden = HIDDEN_WRITES.get(schema.name)
+        hidden_args = set()
+        if hidden is not None:
+            names, flag = hidden
+            values = {a.name: rv for a, _, rv in bound}
+            if flag is None or values.get(flag):
+                hidden_args = set(names)
+
         # writes: schema annotation and version counters
         written: List[str] = []
         for k, (j, tid, t) in enumerate(flat_in):
             declared = arg_sets[j][1]
             observed = t._version != versions[k]
-            if k in snapshots and not observed:
+            if schema.arguments[j].name in hidden_args:
+                observed = True
+            elif k in snapshots and not observed:
                 observed = not _same_contents(snapshots[k], t)
             if declared or observed:
                 if tid not in written:
@@ -358,6 +413,7 @@ class GraphBuilder(torch.fx.Interpreter):
         else:
             out_struct = NON_TENSOR if out is not None else None
         names = self._getitem_names.get(n, {})
+        fresh_out: List[torch.Tensor] = []
         for (ri, ei, e) in elems:
             if e is None:
                 continue
@@ -367,6 +423,8 @@ class GraphBuilder(torch.fx.Interpreter):
             alias = self._resolve_alias(n, target, ret_sets[ri] if ri < len(ret_sets) else set(),
                                         arg_sets, arg_leaves, flat_in, e)
             tid = self._new_tensor(e, name, alias_of=alias)
+            if alias is None:
+                fresh_out.append(e)
             if alias is None and storage_nbytes(e) > tensor_nbytes(e):
                 self.g.oversized_storages.append(tid)
             out_ids.append(tid)
@@ -385,6 +443,10 @@ class GraphBuilder(torch.fx.Interpreter):
             phase = "other"
         self.g.ops.append({"id": oid, "target": str(target), "phase": phase,
                            "inputs": inputs, "outputs": out_ids, "cost": cost})
+        by_tid = {tid: t for _, tid, t in flat_in}
+        self.g.estimates[oid] = estimate_op(target, {a.name: rv for a, _, rv in bound},
+                                            list(by_tid.values()), fresh_out,
+                                            [by_tid[t] for t in written])
         self.g.op_writes[oid] = written
         self.g.op_nodes[oid] = n.name
         return out
@@ -392,7 +454,7 @@ class GraphBuilder(torch.fx.Interpreter):
     def _resolve_alias(self, n, target, ret_set, arg_sets, arg_leaves, flat_in, e):
         """Tensor id that result ``e`` aliases per the schema, checked against storages."""
         nonempty = storage_nbytes(e) > 0
-        eptr = storage_ptr(e) if nonempty else None
+        eptr = storage_key(e) if nonempty else None
         if ret_set:
             matches = [j for j, (s, _) in enumerate(arg_sets) if s & ret_set]
             cands = [(tid, t) for j in matches for tid, t in arg_leaves[j]]
@@ -402,14 +464,14 @@ class GraphBuilder(torch.fx.Interpreter):
             if not nonempty:
                 return cands[0][0]
             sharing = [tid for tid, t in cands
-                       if storage_nbytes(t) > 0 and storage_ptr(t) == eptr]
+                       if storage_nbytes(t) > 0 and storage_key(t) == eptr]
             if not sharing:
                 raise CaptureError(f"{n.format_node()}: schema of {target} says the result "
                                    f"aliases argument {cands[0][0]} but the storages differ")
             return sharing[0]
         if nonempty:
             for _, tid, t in flat_in:
-                if storage_nbytes(t) > 0 and storage_ptr(t) == eptr:
+                if storage_nbytes(t) > 0 and storage_key(t) == eptr:
                     if target._schema.name in UNDECLARED_ALIAS_OK:
                         key = str(target)
                         self.g.undeclared_aliases[key] = self.g.undeclared_aliases.get(key, 0) + 1

@@ -1,10 +1,19 @@
-"""Tracing one training step (forward, loss, backward, Adam update) with make_fx.
+"""Tracing one training step (forward, loss, backward, optimizer update) with make_fx.
 
-The step is traced at the ATen level with ``torch.fx.experimental.proxy_tensor.make_fx``
-(``tracing_mode="real"``: the real tensors run while the graph is recorded). Phases are
-recorded while tracing: a module-level "current phase" is set by the traced function at each
-phase boundary and every fx node created while it is set is stamped with it
-(``node.meta["roam_phase"]``). Nothing is inferred from operator names.
+The step is traced at the ATen level with ``torch.fx.experimental.proxy_tensor.make_fx``:
+either on real tensors (``tracing_mode="real"``: they run while the graph is recorded) or on
+fake tensors (a ``FakeTensorMode`` active below make_fx's proxy mode, see
+:mod:`roam.capture.fake`: nothing is allocated). Phases are recorded while tracing: a
+module-level "current phase" is set by the traced function at each phase boundary and every
+fx node created while it is set is stamped with it (``node.meta["roam_phase"]``). Nothing is
+inferred from operator names.
+
+The update is the optimizer's own ``step()`` (any ``torch.optim`` optimizer, in its steady
+state): while tracing, the optimizer's parameter groups and state are swapped for the traced
+tensors, their ``.grad`` set to the traced gradients, and ``step()`` is called (without the
+profiler annotation that ``torch.optim`` wraps around it). Optimizer state must exist before
+the traced step (see :func:`prepare_training_state` and :func:`warm_up`); the traced step
+reads and updates it in place, as a real step does.
 
 This is the capture stage of the ROAM pipeline (arXiv 2310.19295, section 3: the planner
 needs the whole training graph, weight updates included).
@@ -12,16 +21,16 @@ needs the whole training graph, weight updates included).
 
 import contextlib
 import copy
-import inspect
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import functional_call
-from torch.optim._functional import adam as _functional_adam
 
 from .errors import CaptureError
 
@@ -48,13 +57,19 @@ def phase(name: str):
 
 
 @contextlib.contextmanager
-def _stamp_phases():
-    """Wrap ``torch.fx.Graph.create_node`` so every node records the current phase."""
+def _stamp_phases(progress: Optional[Callable[[str], None]] = None, every: float = 2.0):
+    """Wrap ``torch.fx.Graph.create_node`` so every node records the current phase; with
+    ``progress``, report the node count every ``every`` seconds."""
     original = torch.fx.Graph.create_node
+    count = [0, time.monotonic()]
 
     def create_node(self, *args, **kwargs):
         node = original(self, *args, **kwargs)
         node.meta[PHASE_KEY] = _CURRENT_PHASE or "other"
+        count[0] += 1
+        if progress is not None and time.monotonic() - count[1] >= every:
+            count[1] = time.monotonic()
+            progress(f"tracing: {count[0]} fx nodes ({_CURRENT_PHASE or 'other'})")
         return node
 
     torch.fx.Graph.create_node = create_node
@@ -76,6 +91,11 @@ def primary_output(out):
     raise CaptureError(f"model output of type {type(out).__name__} has no primary tensor")
 
 
+def cross_entropy_loss(output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``F.cross_entropy(output, labels)``: the classifier loss of the benchmarks."""
+    return F.cross_entropy(output, labels)
+
+
 @dataclass
 class AdamOptions:
     """Hyper-parameters of ``torch.optim.Adam`` (single parameter group)."""
@@ -90,20 +110,84 @@ class AdamOptions:
                 "weight_decay": self.weight_decay, "amsgrad": False, "maximize": self.maximize,
                 "foreach": False}
 
+    def make(self, params) -> torch.optim.Adam:
+        """The ``torch.optim.Adam`` (single-tensor implementation) over ``params``."""
+        return torch.optim.Adam(params, lr=self.lr, betas=self.betas, eps=self.eps,
+                                weight_decay=self.weight_decay, amsgrad=False, foreach=False,
+                                maximize=self.maximize)
+
+
+# ---------------------------------------------------------------- optimizer plumbing
+
+def raw_step(optimizer: torch.optim.Optimizer, closure=None):
+    """``optimizer.step()`` without the ``record_function`` wrapper that ``torch.optim``
+    installs for the profiler (its ``profiler::_record_function_enter`` call is not a tensor
+    operation and has no fake-tensor implementation). Everything else is the real step."""
+    f = type(optimizer).step
+    if getattr(f, "hooked", False) and hasattr(f, "__wrapped__"):
+        f = f.__wrapped__
+    return f(optimizer) if closure is None else f(optimizer, closure)
+
+
+def optimizer_options(optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+    """The hyper-parameters of the first parameter group (JSON-friendly; tuples as lists),
+    plus ``param_groups`` when there are several."""
+    def plain(v):
+        if isinstance(v, tuple):
+            return [plain(x) for x in v]
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            return v
+        return repr(v)
+    g = optimizer.param_groups[0]
+    out = {k: plain(v) for k, v in sorted(g.items()) if k != "params"}
+    if len(optimizer.param_groups) > 1:
+        out["param_groups"] = len(optimizer.param_groups)
+    return out
+
+
+def _tensor_names(model: torch.nn.Module, kind: str) -> Tuple[List[torch.Tensor], List[List[str]]]:
+    """Unique parameters (``kind="_parameters"``) or buffers (``"_buffers"``) of ``model`` in
+    ``model.parameters()`` / ``model.buffers()`` order, each with all its dotted names (several
+    when a tensor is shared by two modules, e.g. a tied embedding)."""
+    tensors: List[torch.Tensor] = []
+    names: List[List[str]] = []
+    index: Dict[int, int] = {}
+    for mname, mod in model.named_modules(remove_duplicate=False):
+        for n, t in getattr(mod, kind).items():
+            if t is None:
+                continue
+            full = f"{mname}.{n}" if mname else n
+            k = index.get(id(t))
+            if k is None:
+                index[id(t)] = len(tensors)
+                tensors.append(t)
+                names.append([full])
+            elif full not in names[k]:
+                names[k].append(full)
+    return tensors, names
+
 
 @dataclass
 class StepInputs:
     """Fresh copies of everything one training step reads and mutates.
 
-    ``params[i]`` is a leaf with ``requires_grad=True``; ``optimizer_state[k]`` is the tuple
-    ``(exp_avg, exp_avg_sq, step)`` of parameter ``state_index[k]`` (0-d float32 ``step``).
-    ``data`` has shape (B, C, H, W), ``labels`` shape (B,) int64.
+    ``params[i]`` is a leaf (``requires_grad`` as in the model); ``optimizer_state[k]`` is the
+    tuple of state tensors of parameter ``state_index[k]`` in the order of
+    ``TrainingState.state_keys[k]`` (for Adam ``(exp_avg, exp_avg_sq, step)``). ``inputs``
+    are the example inputs: the model's, then the loss function's (e.g. ``(data, labels)``).
     """
     params: List[torch.Tensor]
     buffers: List[torch.Tensor]
-    optimizer_state: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    data: torch.Tensor
-    labels: torch.Tensor
+    optimizer_state: List[Tuple[torch.Tensor, ...]]
+    inputs: Tuple[torch.Tensor, ...]
+
+    @property
+    def data(self) -> torch.Tensor:
+        return self.inputs[0]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.inputs[-1]
 
     def run(self, gm: torch.fx.GraphModule, seed: int = 0) -> torch.Tensor:
         """Run the traced step ``gm`` on these tensors (updated in place) under
@@ -115,53 +199,285 @@ class StepInputs:
 
     def as_args(self):
         """The positional arguments of the traced step function / GraphModule."""
-        return (self.params, self.buffers, self.optimizer_state, self.data, self.labels)
+        return (self.params, self.buffers, self.optimizer_state, list(self.inputs))
 
 
 @dataclass
 class TrainingState:
-    """A model in train mode plus a ``torch.optim.Adam`` that already holds its state
-    (steady state: at least one real ``optimizer.step()`` has run), and one batch.
+    """Everything one training step needs, in its steady state: the model (train mode), the
+    optimizer whose state exists, the loss function and one batch of example inputs.
 
-    Build it with :func:`prepare_training_state`. It is never mutated by tracing or by
-    :meth:`step_inputs`; use :meth:`eager_reference_step` for the ordinary PyTorch step.
+    ``params`` / ``buffers``: the tensors the step starts from (the model's own, or copies
+    after a warm-up on copies); ``state_values[k]``: the optimizer state dict of parameter
+    ``state_index[k]`` (tensor and non-tensor entries) and ``state_keys[k]`` the names of its
+    tensor entries, in the order in which they are passed to the step. ``fake_mode``: the
+    ``FakeTensorMode`` of a fake capture (every tensor here is then fake), else None.
+
+    The step inputs are built by :meth:`step_inputs` (clones: running the traced step never
+    modifies this state).
     """
     model: torch.nn.Module
-    optimizer: torch.optim.Adam
-    data: torch.Tensor
-    labels: torch.Tensor
-    adam: AdamOptions
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable
+    inputs: Tuple[torch.Tensor, ...]
+    n_loss_inputs: int = 1
+    params: List[torch.Tensor] = field(default_factory=list)
+    buffers: List[torch.Tensor] = field(default_factory=list)
     param_names: List[str] = field(default_factory=list)
+    param_paths: List[List[str]] = field(default_factory=list)
     buffer_names: List[str] = field(default_factory=list)
+    buffer_paths: List[List[str]] = field(default_factory=list)
+    group_index: List[List[int]] = field(default_factory=list)
     state_index: List[int] = field(default_factory=list)
+    state_keys: List[Tuple[str, ...]] = field(default_factory=list)
+    state_values: List[Dict[str, Any]] = field(default_factory=list)
+    input_names: List[str] = field(default_factory=list)
+    fake_mode: Any = None
+    adam: Optional[AdamOptions] = None
+
+    @property
+    def data(self) -> torch.Tensor:
+        return self.inputs[0]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.inputs[-1]
+
+    @property
+    def fake(self) -> bool:
+        return self.fake_mode is not None
+
+    def _mode(self):
+        return self.fake_mode if self.fake_mode is not None else contextlib.nullcontext()
 
     def step_inputs(self) -> StepInputs:
-        """Clones of parameters, buffers, Adam state (exp_avg, exp_avg_sq, step) and the
-        batch, so that running the traced step (which updates them in place) leaves this
-        state untouched."""
-        params = [p.detach().clone().requires_grad_(True) for p in self.model.parameters()]
-        buffers = [b.detach().clone() for b in self.model.buffers()]
-        plist = list(self.model.parameters())
-        ostate = []
-        for i in self.state_index:
-            st = self.optimizer.state[plist[i]]
-            ostate.append((st["exp_avg"].clone(), st["exp_avg_sq"].clone(), st["step"].clone()))
-        return StepInputs(params, buffers, ostate, self.data.clone(), self.labels.clone())
+        """Clones of parameters, buffers, optimizer state and inputs, so that running the
+        traced step (which updates them in place) leaves this state untouched."""
+        with self._mode(), torch.no_grad():
+            params = [p.detach().clone().requires_grad_(p.requires_grad) for p in self.params]
+            buffers = [b.detach().clone() for b in self.buffers]
+            ostate = [tuple(d[k].detach().clone() for k in keys)
+                      for d, keys in zip(self.state_values, self.state_keys)]
+            inputs = tuple(x.detach().clone() for x in self.inputs)
+        return StepInputs(params, buffers, ostate, inputs)
 
     def eager_reference_step(self, seed: int = 0):
-        """Run one ordinary training step (nn.Module forward, cross-entropy,
-        ``loss.backward()``, ``torch.optim.Adam.step()``) on deep copies of the model and the
-        optimizer, with ``torch.manual_seed(seed)`` first.
+        """Run one ordinary training step (module forward, loss, ``loss.backward()``,
+        ``optimizer.step()``) from this state's tensors on copies of the model and the
+        optimizer (:func:`eager_reference`), after ``torch.manual_seed(seed)``.
 
         Returns ``(loss, model, optimizer)``: the loss (0-d tensor) and the updated copies.
         """
-        model, opt = copy.deepcopy((self.model, self.optimizer))
+        losses, model, opt = eager_reference(self, 1, seed=seed)
+        return losses[0], model, opt
+
+
+def _group_index(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> List[List[int]]:
+    pos = {id(p): i for i, p in enumerate(params)}
+    out = []
+    for g in optimizer.param_groups:
+        idx = []
+        for p in g["params"]:
+            if id(p) not in pos:
+                raise CaptureError(f"the optimizer holds a tensor of shape {list(p.shape)} "
+                                   f"that is not a parameter of the model")
+            idx.append(pos[id(p)])
+        out.append(idx)
+    return out
+
+
+def _state_entries(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor],
+                   names: Sequence[str]):
+    """(state_index, state_keys, state_values) from ``optimizer.state`` keyed by ``params``.
+    State dicts are shallow-copied; their tensor entries are the optimizer's own."""
+    index, keys, values = [], [], []
+    for i, p in enumerate(params):
+        st = optimizer.state.get(p) if hasattr(optimizer.state, "get") else None
+        if not st:
+            continue
+        for k in st:
+            if not isinstance(k, str):
+                raise CaptureError(f"optimizer state of {names[i]} has a non-string key {k!r}")
+        index.append(i)
+        keys.append(tuple(sorted(k for k, v in st.items() if isinstance(v, torch.Tensor))))
+        values.append(dict(st))
+    return index, keys, values
+
+
+def make_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
+               inputs: Sequence[torch.Tensor], *, n_loss_inputs: int = 1,
+               input_names: Optional[Sequence[str]] = None, fake_mode=None,
+               adam: Optional[AdamOptions] = None) -> TrainingState:
+    """A :class:`TrainingState` over the model's own tensors and the optimizer's current
+    state (nothing is copied). Raises CaptureError for a model without parameters, an
+    optimizer holding foreign tensors, or bad input counts."""
+    params, ppaths = _tensor_names(model, "_parameters")
+    buffers, bpaths = _tensor_names(model, "_buffers")
+    if not params:
+        raise CaptureError("model has no parameters")
+    inputs = tuple(inputs)
+    if not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise CaptureError("example_inputs must be tensors")
+    if not 0 <= n_loss_inputs < len(inputs):
+        raise CaptureError(f"{len(inputs)} example inputs with {n_loss_inputs} for the loss: "
+                           f"the model needs at least one")
+    if input_names is None:
+        if len(inputs) == 2 and n_loss_inputs == 1:
+            input_names = ["data", "labels"]
+        else:
+            n = len(inputs) - n_loss_inputs
+            input_names = [f"input{i}" for i in range(n)] + \
+                [f"target{i}" for i in range(n_loss_inputs)]
+    if len(input_names) != len(inputs):
+        raise CaptureError("input_names and example_inputs differ in length")
+    pnames = [p[0] for p in ppaths]
+    sidx, skeys, svals = _state_entries(optimizer, params, pnames)
+    return TrainingState(model=model, optimizer=optimizer, loss_fn=loss_fn, inputs=inputs,
+                         n_loss_inputs=n_loss_inputs, params=list(params), buffers=list(buffers),
+                         param_names=pnames, param_paths=ppaths,
+                         buffer_names=[b[0] for b in bpaths], buffer_paths=bpaths,
+                         group_index=_group_index(optimizer, params), state_index=sidx,
+                         state_keys=skeys, state_values=svals, input_names=list(input_names),
+                         fake_mode=fake_mode, adam=adam)
+
+
+@contextlib.contextmanager
+def _swapped_optimizer(state: TrainingState, params: Sequence[torch.Tensor],
+                       grads: Sequence[Optional[torch.Tensor]], state_dicts: Dict[int, Dict]):
+    """Point ``state.optimizer`` at ``params`` (with ``.grad`` = ``grads``) and at the state
+    dicts ``{param index: dict}``; restore the optimizer afterwards."""
+    opt = state.optimizer
+    saved_groups = [g["params"] for g in opt.param_groups]
+    saved_state = opt.state
+    try:
+        for g, idx in zip(opt.param_groups, state.group_index):
+            g["params"] = [params[i] for i in idx]
+        new_state = defaultdict(dict)
+        for i, d in state_dicts.items():
+            new_state[params[i]] = d
+        opt.state = new_state
+        for p, g in zip(params, grads):
+            p.grad = g
+        yield new_state
+    finally:
+        for p in params:
+            p.grad = None
+        opt.state = saved_state
+        for g, old in zip(opt.param_groups, saved_groups):
+            g["params"] = old
+
+
+def _forward_loss(state: TrainingState, params, buffers, inputs):
+    tensors = {}
+    for i, names in enumerate(state.param_paths):
+        for n in names:
+            tensors[n] = params[i]
+    for i, names in enumerate(state.buffer_paths):
+        for n in names:
+            tensors[n] = buffers[i]
+    given = dict(tensors)
+    n = len(inputs) - state.n_loss_inputs
+    out = primary_output(functional_call(state.model, tensors, tuple(inputs[:n])))
+    loss = state.loss_fn(out, *inputs[n:])
+    replaced = [k for k, v in tensors.items() if given[k] is not v]
+    if replaced:
+        raise CaptureError(f"the model's forward reassigns {replaced[:5]} instead of updating "
+                           f"them in place; not supported")
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise CaptureError("loss_fn must return a tensor with one element")
+    return loss
+
+
+def _grads(loss, params):
+    idx = [i for i, p in enumerate(params) if p.requires_grad]
+    got = torch.autograd.grad(loss, [params[i] for i in idx], allow_unused=True)
+    grads: List[Optional[torch.Tensor]] = [None] * len(params)
+    for i, g in zip(idx, got):
+        grads[i] = g
+    return grads
+
+
+def make_train_step(state: TrainingState) -> Callable:
+    """The function that :func:`trace_training_step` traces:
+    ``train_step(params, buffers, optimizer_state, inputs) -> loss``.
+
+    forward: ``functional_call(model, params + buffers, model inputs)`` (model in train mode)
+    and ``loss_fn(primary output, loss inputs)``; backward: ``torch.autograd.grad(loss,
+    params)``; update: the optimizer's own ``step()`` on the traced parameters, gradients and
+    ``optimizer_state`` (updated in place), skipping parameters whose gradient is None, as
+    ``optimizer.step()`` does.
+    """
+    slot = {p: k for k, p in enumerate(state.state_index)}
+    in_optimizer = {i for idx in state.group_index for i in idx}
+
+    def train_step(params, buffers, optimizer_state, inputs):
+        with phase("forward"):
+            loss = _forward_loss(state, params, buffers, inputs)
+        with phase("backward"):
+            grads = _grads(loss, params)
+        with phase("update"):
+            missing = [state.param_names[i] for i, g in enumerate(grads)
+                       if g is not None and i in in_optimizer and i not in slot]
+            if missing:
+                raise CaptureError(f"no optimizer state for parameters {missing[:5]} "
+                                   f"(the traced step must be a steady-state step)")
+            dicts = {}
+            for i, k in slot.items():
+                d = dict(state.state_values[k])
+                d.update(zip(state.state_keys[k], optimizer_state[k]))
+                dicts[i] = d
+            with torch.no_grad(), _swapped_optimizer(state, params, grads, dicts) as st:
+                raw_step(state.optimizer)
+                for i, k in slot.items():
+                    d = st[params[i]]
+                    for key, t in zip(state.state_keys[k], optimizer_state[k]):
+                        if d.get(key) is not t:
+                            raise CaptureError(
+                                f"optimizer step replaced state {state.param_names[i]}.{key} "
+                                f"instead of updating it in place (not a steady-state step)")
+                    new = [key for key, v in d.items()
+                           if isinstance(v, torch.Tensor) and key not in state.state_keys[k]]
+                    if new:
+                        raise CaptureError(f"optimizer step created state {new} for "
+                                           f"{state.param_names[i]} (not a steady-state step)")
+        return loss
+
+    return train_step
+
+
+def warm_up(state: TrainingState, steps: int = 1, inputs: Optional[Sequence[torch.Tensor]] = None,
+            seed: int = 0) -> TrainingState:
+    """A new :class:`TrainingState` whose parameters, buffers and optimizer state are copies
+    of ``state``'s after ``steps`` ordinary training steps (forward, loss, autograd, the
+    optimizer's real ``step()``) on ``inputs`` (default: the state's own batch). Nothing of
+    ``state`` (nor its model or optimizer) is modified. Works on fake states too (the steps
+    then run on fake tensors). Creates the optimizer state of a fresh optimizer."""
+    out = copy.copy(state)
+    batch = tuple(inputs) if inputs is not None else state.inputs
+    with state._mode():
+        if state.fake_mode is not None:
+            from .fake import to_fake
+            batch = tuple(to_fake(state.fake_mode, x) for x in batch)
+        with torch.no_grad():
+            params = [p.detach().clone().requires_grad_(p.requires_grad) for p in state.params]
+            buffers = [b.detach().clone() for b in state.buffers]
+            dicts = {}
+            for i, d, keys in zip(state.state_index, state.state_values, state.state_keys):
+                dicts[i] = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
+                            for k, v in d.items()}
         torch.manual_seed(seed)
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(primary_output(model(self.data)), self.labels)
-        loss.backward()
-        opt.step()
-        return loss.detach(), model, opt
+        for _ in range(steps):
+            loss = _forward_loss(state, params, buffers, batch)
+            grads = _grads(loss, params)
+            with torch.no_grad(), _swapped_optimizer(state, params, grads, dicts) as st:
+                raw_step(state.optimizer)
+                dicts = {i: st[params[i]] for i in range(len(params)) if st.get(params[i])}
+    out.params, out.buffers = params, buffers
+    out.state_index = sorted(dicts)
+    out.state_keys = [tuple(sorted(k for k, v in dicts[i].items()
+                                   if isinstance(v, torch.Tensor))) for i in out.state_index]
+    out.state_values = [dicts[i] for i in out.state_index]
+    return out
 
 
 def prepare_training_state(model: torch.nn.Module, data: torch.Tensor, labels: torch.Tensor,
@@ -170,7 +486,8 @@ def prepare_training_state(model: torch.nn.Module, data: torch.Tensor, labels: t
                            warmup_batch: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
                            ) -> TrainingState:
     """Put ``model`` in train mode, create ``torch.optim.Adam(model.parameters())`` and run
-    ``warmup_steps`` (>= 1) real training steps so the Adam state exists (steady state).
+    ``warmup_steps`` (>= 1) real training steps *on the model itself* so the Adam state
+    exists (steady state). Loss: cross-entropy of the primary output.
 
     Args:
         model: any ``nn.Module`` mapping ``data`` to logits (or a tuple whose primary output
@@ -185,7 +502,7 @@ def prepare_training_state(model: torch.nn.Module, data: torch.Tensor, labels: t
 
     Raises:
         ValueError: ``warmup_steps < 1``.
-        CaptureError: the model has no parameters, or parameters are shared under two names.
+        CaptureError: the model has no parameters.
     """
     if warmup_steps < 1:
         raise ValueError("warmup_steps must be >= 1 (the traced step uses existing Adam state)")
@@ -194,12 +511,7 @@ def prepare_training_state(model: torch.nn.Module, data: torch.Tensor, labels: t
     params = list(model.parameters())
     if not params:
         raise CaptureError("model has no parameters")
-    names = [n for n, _ in model.named_parameters()]
-    if len(names) != len(params):
-        raise CaptureError("model shares parameters between modules; not supported")
-    opt = torch.optim.Adam(params, lr=adam.lr, betas=adam.betas, eps=adam.eps,
-                           weight_decay=adam.weight_decay, amsgrad=False, foreach=False,
-                           maximize=adam.maximize)
+    opt = adam.make(params)
     torch.manual_seed(seed)
     wdata, wlabels = warmup_batch if warmup_batch is not None else (data, labels)
     for _ in range(warmup_steps):
@@ -208,56 +520,41 @@ def prepare_training_state(model: torch.nn.Module, data: torch.Tensor, labels: t
         loss.backward()
         opt.step()
     opt.zero_grad(set_to_none=True)
-    state_index = [i for i, p in enumerate(params) if len(opt.state[p]) > 0]
-    return TrainingState(model=model, optimizer=opt, data=data, labels=labels, adam=adam,
-                         param_names=names, buffer_names=[n for n, _ in model.named_buffers()],
-                         state_index=state_index)
+    return make_state(model, opt, cross_entropy_loss, (data, labels), adam=adam)
 
 
-def _adam_kwargs(opts: AdamOptions) -> Dict[str, Any]:
-    kw = dict(amsgrad=False, beta1=opts.betas[0], beta2=opts.betas[1], lr=opts.lr,
-              weight_decay=opts.weight_decay, eps=opts.eps, maximize=opts.maximize,
-              foreach=False, capturable=False, differentiable=False, fused=False)
-    accepted = inspect.signature(_functional_adam).parameters
-    return {k: v for k, v in kw.items() if k in accepted}
-
-
-def make_train_step(state: TrainingState) -> Callable:
-    """The function that :func:`trace_training_step` traces:
-    ``train_step(params, buffers, optimizer_state, data, labels) -> loss``.
-
-    forward: ``functional_call(model, params + buffers, data)`` (model in train mode) and
-    ``F.cross_entropy``; backward: ``torch.autograd.grad(loss, params)``; update: PyTorch's own
-    single-tensor Adam (``torch.optim._functional.adam``, ``foreach=False``) applied in place to
-    the parameters and to ``optimizer_state`` (exp_avg, exp_avg_sq, step), skipping parameters
-    whose gradient is None, exactly as ``torch.optim.Adam.step()`` does.
-    """
-    model = state.model
-    pnames, bnames = list(state.param_names), list(state.buffer_names)
-    slot = {p: k for k, p in enumerate(state.state_index)}
-    adam_kw = _adam_kwargs(state.adam)
-
-    def train_step(params, buffers, optimizer_state, data, labels):
-        with phase("forward"):
-            tensors = dict(zip(pnames, params))
-            tensors.update(zip(bnames, buffers))
-            out = primary_output(functional_call(model, tensors, (data,)))
-            loss = F.cross_entropy(out, labels)
-        with phase("backward"):
-            grads = torch.autograd.grad(loss, params, allow_unused=True)
-        with phase("update"):
-            with torch.no_grad():
-                idx = [i for i, g in enumerate(grads) if g is not None]
-                missing = [pnames[i] for i in idx if i not in slot]
-                if missing:
-                    raise CaptureError(f"no Adam state for parameters {missing}")
-                st = [optimizer_state[slot[i]] for i in idx]
-                _functional_adam([params[i] for i in idx], [grads[i] for i in idx],
-                                 [s[0] for s in st], [s[1] for s in st], [], [s[2] for s in st],
-                                 **adam_kw)
-        return loss
-
-    return train_step
+def eager_reference(state: TrainingState, steps: int = 1, seed: int = 0):
+    """Run ``steps`` ordinary eager training steps (module forward, loss, ``backward()``,
+    ``optimizer.step()``) from ``state``'s tensors on a copy of the model and a copy of the
+    optimizer (real states only). Returns ``(losses, model, optimizer)``."""
+    if state.fake_mode is not None:
+        raise ValueError("eager_reference needs a real state")
+    model = copy.deepcopy(state.model)
+    params, _ = _tensor_names(model, "_parameters")
+    buffers, _ = _tensor_names(model, "_buffers")
+    with torch.no_grad():
+        for p, v in zip(params, state.params):
+            p.copy_(v)
+        for b, v in zip(buffers, state.buffers):
+            b.copy_(v)
+    opt = copy.copy(state.optimizer)
+    opt.param_groups = [dict(g, params=[params[i] for i in idx])
+                        for g, idx in zip(state.optimizer.param_groups, state.group_index)]
+    opt.state = defaultdict(dict)
+    for i, d in zip(state.state_index, state.state_values):
+        opt.state[params[i]] = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
+                                for k, v in d.items()}
+    n = len(state.inputs) - state.n_loss_inputs
+    losses = []
+    torch.manual_seed(seed)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = state.loss_fn(primary_output(model(*state.inputs[:n])), *state.inputs[n:])
+        loss.backward()
+        raw_step(opt)
+        losses.append(loss.detach())
+    opt.zero_grad(set_to_none=True)
+    return losses, model, opt
 
 
 @dataclass
@@ -268,74 +565,130 @@ class TracedStep:
     the given tensors in place and returns the loss). ``placeholders``: ``(role, name)`` for
     each placeholder in graph order. ``baked_items``: ``(phase, value)`` for each
     ``Tensor.item()`` evaluated at trace time and frozen into the graph as a constant.
-    ``unused_params``: names of parameters whose gradient was None (not updated).
+    ``unused_params``: names of parameters without optimizer state (no gradient in the
+    warm-up; not updated). ``fallbacks``: ``{operator: calls}`` run through FakeTensorMode's
+    real-kernel fallback (fake captures only). ``fake``: traced on fake tensors.
+    ``removed_detach``: ``aten.detach`` nodes removed (:func:`remove_detach_nodes`).
     """
     gm: torch.fx.GraphModule
     placeholders: List[Tuple[str, str]]
     baked_items: List[Tuple[str, Any]]
     unused_params: List[str]
+    fallbacks: Dict[str, int] = field(default_factory=dict)
+    fake: bool = False
+    removed_detach: int = 0
 
 
-def _placeholder_roles(state: TrainingState, inputs: StepInputs) -> List[Tuple[str, str]]:
+def placeholder_roles(state: TrainingState, inputs: Optional[StepInputs] = None
+                      ) -> List[Tuple[str, str]]:
     """``(role, name)`` for each flattened argument of the step, in the order in which
     make_fx creates the placeholders (pytree flattening of ``inputs.as_args()``)."""
     import torch.utils._pytree as pytree
     ostate = []
-    for i in state.state_index:
+    for i, keys in zip(state.state_index, state.state_keys):
         n = state.param_names[i]
-        ostate += [("optimizer_state", f"{n}.exp_avg"), ("optimizer_state", f"{n}.exp_avg_sq"),
-                   ("optimizer_state", f"{n}.step")]
+        ostate += [("optimizer_state", f"{n}.{k}") for k in keys]
     labels = ([("param", n) for n in state.param_names]
               + [("buffer", n) for n in state.buffer_names]
-              + ostate + [("input", "data"), ("input", "labels")])
-    flat_args, _ = pytree.tree_flatten(inputs.as_args())
-    if len(labels) != len(flat_args) or not all(isinstance(a, torch.Tensor) for a in flat_args):
-        raise CaptureError(f"placeholder labelling mismatch: {len(labels)} labels for "
-                           f"{len(flat_args)} inputs")
+              + ostate + [("input", n) for n in state.input_names])
+    if inputs is not None:
+        flat_args, _ = pytree.tree_flatten(inputs.as_args())
+        if len(labels) != len(flat_args) or not all(isinstance(a, torch.Tensor)
+                                                    for a in flat_args):
+            raise CaptureError(f"placeholder labelling mismatch: {len(labels)} labels for "
+                               f"{len(flat_args)} inputs")
     return labels
 
 
-def trace_training_step(state: TrainingState, seed: int = 0) -> TracedStep:
-    """Trace one steady-state training step with
-    ``make_fx(train_step, tracing_mode="real")`` (``torch.fx.experimental.proxy_tensor``).
+_placeholder_roles = placeholder_roles  # name used by earlier versions
 
-    The trace runs on clones (``state`` is not modified). ``Tensor.item()`` (Adam's
-    ``step_t.item()`` in PyTorch's single-tensor path) cannot be traced: it is evaluated on the
-    real value and frozen as a Python constant (listed in ``baked_items``); the in-place
-    increment of the step tensor itself is traced.
+
+def trace_training_step(state: TrainingState, seed: int = 0,
+                        progress: Optional[Callable[[str], None]] = None) -> TracedStep:
+    """Trace one steady-state training step with ``make_fx`` (``tracing_mode="real"``; for a
+    fake state the state's ``FakeTensorMode`` is active below make_fx's proxy mode, so the
+    trace runs on fake tensors).
+
+    The trace runs on clones (``state`` is not modified). ``Tensor.item()`` (e.g.
+    ``step_t.item()`` in the single-tensor Adam) cannot be traced: it is evaluated on the
+    value (real, or a constant fake tensor) and frozen as a Python constant (listed in
+    ``baked_items``); the in-place increment of the step tensor itself is traced.
 
     Returns:
         :class:`TracedStep`; every node has ``node.meta["roam_phase"]`` in :data:`PHASES`.
 
     Raises:
-        CaptureError: missing Adam state, or a placeholder that is not a tensor.
+        CaptureError: missing optimizer state, a placeholder that is not a tensor, or (fake
+            mode) ``.item()`` on a value that only a real run could know.
     """
     inputs = state.step_inputs()
-    placeholders = _placeholder_roles(state, inputs)
+    placeholders = placeholder_roles(state, inputs)
     baked: List[Tuple[str, Any]] = []
 
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
     def local_scalar_dense(x):
         with disable_proxy_modes_tracing():
-            v = torch.ops.aten._local_scalar_dense.default(x)
+            try:
+                v = torch.ops.aten._local_scalar_dense.default(x)
+            except Exception as e:  # a fake tensor without a known value
+                raise CaptureError(
+                    f"Tensor.item() in phase {_CURRENT_PHASE or 'other'} on a value that "
+                    f"fake tensors do not know ({type(e).__name__}); capture in real mode")
         baked.append((_CURRENT_PHASE or "other", v))
         return v
 
     decomp = {torch.ops.aten._local_scalar_dense.default: local_scalar_dense}
     step_fn = make_train_step(state)
+    fallbacks: Dict[str, int] = {}
     torch.manual_seed(seed)
-    with _stamp_phases():
-        gm = make_fx(step_fn, decomposition_table=decomp, tracing_mode="real")(*inputs.as_args())
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_stamp_phases(progress))
+        if state.fake_mode is not None:
+            from .fake import count_fallbacks
+            fallbacks = stack.enter_context(count_fallbacks())
+            stack.enter_context(state.fake_mode)
+        try:
+            gm = make_fx(step_fn, decomposition_table=decomp,
+                         tracing_mode="real")(*inputs.as_args())
+        except CaptureError:
+            raise
+        except Exception as e:
+            if state.fake_mode is None:
+                raise
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise CaptureError(f"tracing on fake tensors failed ({type(e).__name__}: "
+                               f"{first[:300]}); the program needs real values (e.g. a "
+                               f"data-dependent shape): capture in real mode") from e
 
-    grads_none = []
-    # parameters without Adam state after warm-up had no gradient: they are not updated
+    removed = remove_detach_nodes(gm)
     with_state = set(state.state_index)
-    for i, n in enumerate(state.param_names):
-        if i not in with_state:
-            grads_none.append(n)
+    unused = [n for i, n in enumerate(state.param_names) if i not in with_state]
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(phs) != len(placeholders):
         raise CaptureError(f"{len(phs)} placeholders in the trace, {len(placeholders)} inputs")
     return TracedStep(gm=gm, placeholders=placeholders, baked_items=baked,
-                      unused_params=grads_none)
+                      unused_params=unused, fallbacks=dict(fallbacks),
+                      fake=state.fake_mode is not None, removed_detach=removed)
+
+
+def remove_detach_nodes(gm: torch.fx.GraphModule) -> int:
+    """Remove every ``aten.detach`` node of ``gm`` (its users read its argument instead) and
+    recompile; returns how many were removed.
+
+    In the traced step (run under ``no_grad``, backward ops explicit) ``detach`` is the
+    identity: its result is an alias of its argument and nothing reads ``requires_grad``.
+    Most of them are not even written by the program: autograd detaches saved tensors and
+    freshly created tensors (``TensorImpl::shallow_copy_and_detach``), and it does so through
+    a dispatched ``aten.detach`` only for tensors with a Python dispatch key, so a fake trace
+    records detaches that a real trace of the same program does not. Dropping them all makes
+    real and fake captures identical and removes ops that allocate nothing."""
+    n = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            n += 1
+    if n:
+        gm.recompile()
+    return n

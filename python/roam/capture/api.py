@@ -1,0 +1,409 @@
+"""The capture pipeline and its entry points (see the package docstring)."""
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from .check import check_graph, program_order_peak, summary
+from .cost import DEFAULT_COST_MODEL, CostModel, op_seconds
+from .errors import CaptureError, GraphCheckError
+from .export import GraphBuilder, add_order_edges, dtype_name, measure_costs, resolve_root
+from .io import dumps_graph, write_graph
+from .trace import (AdamOptions, StepInputs, TracedStep, TrainingState, cross_entropy_loss,
+                    eager_reference, make_state, optimizer_options, primary_output, raw_step,
+                    trace_training_step, warm_up)
+
+COST_KINDS = ("auto", "measured", "estimate", "none")
+
+
+class Graph:
+    """A captured training step: the roam-graph v1 dict and what it was made from.
+
+    Attributes:
+        graph: the roam-graph v1 dict (``GRAPH_FORMAT.md``); also :attr:`data`.
+        traced: the :class:`~roam.capture.trace.TracedStep` (its GraphModule ``gm`` runs
+            the step: ``traced.gm(*state.step_inputs().as_args())``).
+        state: the :class:`~roam.capture.trace.TrainingState` it was traced from.
+        loss: the loss of the recording run (0-d tensor; None for a fake capture).
+        op_nodes: op id -> fx node name. op_writes: op id -> ids of the tensors whose storage
+            the op writes.
+        eager_peak: measured bytes above resident at the eager peak (None if not checked).
+    """
+
+    def __init__(self, graph: Dict[str, Any], traced: TracedStep, state: TrainingState,
+                 loss: Optional[torch.Tensor], op_nodes: Dict[str, str],
+                 op_writes: Dict[str, List[str]], eager_peak: Optional[int] = None):
+        self.graph = graph
+        self.traced = traced
+        self.state = state
+        self.loss = loss
+        self.op_nodes = op_nodes
+        self.op_writes = op_writes
+        self.eager_peak = eager_peak
+
+    @property
+    def data(self) -> Dict[str, Any]:
+        return self.graph
+
+    @property
+    def name(self) -> str:
+        return self.graph["name"]
+
+    @property
+    def meta(self) -> Dict[str, Any]:
+        return self.graph["meta"]
+
+    @property
+    def ops(self) -> List[Dict[str, Any]]:
+        return self.graph["ops"]
+
+    @property
+    def tensors(self) -> List[Dict[str, Any]]:
+        return self.graph["tensors"]
+
+    def summary(self) -> Dict[str, Any]:
+        """Counts and byte totals (:func:`roam.capture.check.summary`)."""
+        return summary(self.graph)
+
+    def to_json(self) -> bytes:
+        """Deterministic UTF-8 JSON of the graph (keys sorted, compact, final newline)."""
+        return dumps_graph(self.graph)
+
+    def save(self, path: str) -> None:
+        """Write the graph to ``path`` (``.json``, or gzip for ``.json.gz``; atomic,
+        byte-reproducible for equal graphs)."""
+        write_graph(self.graph, str(path))
+
+    def __repr__(self):
+        s = self.summary()
+        return (f"<roam Graph {self.name!r}: {s['ops']} ops, {s['tensors']} tensors, "
+                f"resident {s['resident_bytes']} B, Tp {s['tp_program_order_bytes']} B>")
+
+
+CaptureResult = Graph  # the name used by earlier versions
+
+
+def _notes(traced: TracedStep, built, cost_note: str, state: TrainingState) -> List[str]:
+    notes = []
+    upd = [v for ph, v in traced.baked_items if ph == "update"]
+    if upd:
+        vals = sorted(set(upd))
+        notes.append(
+            f"optimizer step counter: the in-place increment of each step tensor is traced "
+            f"(on its optimizer_state tensor), but {type(state.optimizer).__name__}.step() "
+            f"reads it with Tensor.item(); the value ({', '.join(repr(v) for v in vals[:4])}) "
+            f"was evaluated at trace time and what is derived from it (e.g. bias corrections) "
+            f"is baked into the graph as constants: the graph is numerically exact for this "
+            f"step only (its memory behaviour is the same for every step).")
+    other = [(ph, v) for ph, v in traced.baked_items if ph != "update"]
+    if other:
+        notes.append(f"{len(other)} Tensor.item() calls outside the update were baked as "
+                     f"constants: {other[:5]}")
+    if built.unannotated_writes:
+        notes.append("writes not annotated in the operator schema, detected with tensor version "
+                     "counters, content comparison or the table of hidden writes and treated "
+                     "as writes: "
+                     + ", ".join(f"{k} x{v}" for k, v in sorted(built.unannotated_writes.items())))
+    if built.undeclared_aliases:
+        notes.append("results sharing their argument's storage without a schema alias "
+                     "annotation, exported as aliases: "
+                     + ", ".join(f"{k} x{v}" for k, v in sorted(built.undeclared_aliases.items())))
+    if built.unobserved_writes:
+        notes.append("schema-annotated writes whose version counter did not change (kept as "
+                     "writes): " + ", ".join(f"{k} x{v}" for k, v in
+                                             sorted(built.unobserved_writes.items())))
+    if traced.unused_params:
+        notes.append(f"{len(traced.unused_params)} parameters have no optimizer state (no "
+                     f"gradient) and are not updated: {traced.unused_params[:8]}")
+    if built.oversized_storages:
+        notes.append(f"{len(built.oversized_storages)} op results own a storage larger than "
+                     f"numel x element size (size uses numel x element size): "
+                     f"{built.oversized_storages[:8]}")
+    if traced.removed_detach:
+        notes.append(f"{traced.removed_detach} aten.detach nodes of the trace (the identity "
+                     f"in a step run under no_grad; autograd's internal detaches are recorded "
+                     f"only on fake tensors) were removed; their users read the argument")
+    if traced.fallbacks:
+        notes.append("operators without a meta kernel run through FakeTensorMode's "
+                     "real-kernel fallback: " + ", ".join(
+                         f"{k} x{v}" for k, v in sorted(traced.fallbacks.items())))
+    notes.append(cost_note)
+    return notes
+
+
+def _capture_checks(graph: Dict[str, Any], state: TrainingState, writes: Dict[str, List[str]]):
+    """Checks that need capture knowledge: every parameter with optimizer state and every
+    optimizer state tensor are written by update-phase ops; the loss op descends from every
+    model input."""
+    by_id = {t["id"]: t for t in graph["tensors"]}
+    phase = {op["id"]: op["phase"] for op in graph["ops"]}
+    written = set()
+    for oid, tids in writes.items():
+        if phase[oid] == "update":
+            written.update(resolve_root(by_id, t) for t in tids)
+    need = {}
+    names_with_state = {state.param_names[i] for i in state.state_index}
+    for t in graph["tensors"]:
+        role = t.get("role")
+        if (role == "param" and t["name"] in names_with_state) or role == "optimizer_state":
+            need[t["id"]] = t["name"]
+    missing = [n for tid, n in need.items() if tid not in written]
+    if missing:
+        raise GraphCheckError(f"{len(missing)} parameters / optimizer states are not updated in "
+                              f"the update phase: {missing[:5]}")
+    n_model = len(state.input_names) - state.n_loss_inputs
+    model_inputs = set(state.input_names[:n_model]) if state.input_names else {"data"}
+    producer = {o: op["id"] for op in graph["ops"] for o in op["outputs"]}
+    loss = graph["outputs"][0]
+    for t in graph["tensors"]:
+        if t.get("role") != "input" or t["name"] not in model_inputs:
+            continue
+        reached = {t["id"]}
+        for op in graph["ops"]:
+            if any(x in reached for x in op["inputs"]):
+                reached.update(op["outputs"])
+        if loss not in reached:
+            what = "the data input" if t["name"] == "data" else f"the input {t['name']}"
+            raise GraphCheckError(f"the loss {loss} (op {producer.get(loss)}) does not depend on "
+                                  f"{what}")
+
+
+# Accepted range of the measured eager peak (arena part) around Tp(program order): kernels'
+# internal workspaces are not in the graph (e.g. +15 % on convnext_tiny, +0 to 4 % on the
+# other torchvision CNNs tried, +12 bytes on alexnet).
+PEAK_LOW = 0.99
+PEAK_HIGH = 1.25
+PEAK_SLACK_BYTES = 1 << 20
+
+
+def check_eager_peak(graph: Dict[str, Any], measured: int) -> None:
+    """Raise :class:`GraphCheckError` unless ``measured`` (bytes allocated above the
+    resident tensors at the eager peak, :func:`roam.capture.peak.measure_eager_peak`) lies in
+    ``[PEAK_LOW * Tp, PEAK_HIGH * Tp + PEAK_SLACK_BYTES]`` with Tp = Tp(program order) of
+    ``graph`` in bytes. Far above means storages missing from the graph or live ranges cut
+    short (a dropped edge); below means storage the graph invents (a missed alias)."""
+    tp = program_order_peak(graph)
+    if not (PEAK_LOW * tp <= measured <= PEAK_HIGH * tp + PEAK_SLACK_BYTES):
+        raise GraphCheckError(f"measured eager peak {measured} B (above resident) does not match "
+                              f"Tp(program order) {tp} B of the graph")
+
+
+def _loss_name(loss_fn) -> str:
+    if loss_fn is cross_entropy_loss:
+        return "cross_entropy"
+    return getattr(loss_fn, "__name__", None) or type(loss_fn).__name__
+
+
+def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, Any]] = None,
+                 measure_cost: bool = False, cost: Optional[str] = None, cost_repeats: int = 3,
+                 cost_model: Optional[CostModel] = None, seed: int = 0,
+                 check_peak: bool = True,
+                 progress: Optional[Callable[[str], None]] = None) -> Graph:
+    """Trace, record, convert and check one training step of ``state``.
+
+    Args:
+        state: a steady-state :class:`TrainingState` (optimizer state exists; not modified).
+        name: the graph's ``name``.
+        meta: extra ``meta`` fields (framework, optimizer, dtype, notes, resident and Tp bytes
+            are filled in).
+        cost: ``"measured"`` (median CPU seconds of each op over ``cost_repeats`` runs; real
+            mode only), ``"estimate"`` (:mod:`roam.capture.cost`, ``cost_model``),
+            ``"auto"`` (measured in real mode, estimated in fake mode) or ``"none"`` (no
+            ``cost``; the output is then byte-for-byte reproducible, as it is with
+            ``"estimate"``). Default: ``"measured"`` if ``measure_cost`` else ``"none"``.
+            The choice is stated in ``meta.capture.notes``.
+        seed: ``torch.manual_seed`` before tracing and before each run.
+        check_peak: (real mode) run the step once more under the profiler and require its
+            measured peak to match ``Tp(program order)`` (:func:`check_eager_peak`).
+        progress: called with short status strings.
+
+    Returns:
+        :class:`Graph`.
+
+    Raises:
+        ValueError: an unknown ``cost`` or measured costs in fake mode.
+        CaptureError: unmappable tensor arguments, schema/storage alias mismatches, unsupported
+            nodes; GraphCheckError: the structural check failed.
+    """
+    cost = cost or ("measured" if measure_cost else "none")
+    if cost not in COST_KINDS:
+        raise ValueError(f"cost must be one of {COST_KINDS}, not {cost!r}")
+    fake = state.fake_mode is not None
+    if cost == "auto":
+        cost = "estimate" if fake else "measured"
+    if cost == "measured" and fake:
+        raise ValueError("cost='measured' needs real tensors; use 'estimate' in fake mode")
+    cost_model = cost_model or DEFAULT_COST_MODEL
+    say = progress or (lambda s: None)
+    mode = "fake" if fake else "real"
+    t0 = time.perf_counter()
+    say(f"tracing the training step with make_fx ({mode} tensors)")
+    traced = trace_training_step(state, seed=seed, progress=progress)
+    t_trace = time.perf_counter() - t0
+    say(f"traced {len(traced.gm.graph.nodes)} fx nodes in {t_trace:.1f} s; recording "
+        f"{mode} values")
+    builder = GraphBuilder(traced.gm, traced.placeholders, fake_mode=state.fake_mode,
+                           progress=progress)
+    torch.manual_seed(seed)
+    with torch.no_grad():  # the graph holds the backward ops explicitly
+        builder.run(*state.step_inputs().as_args())
+    built = builder.g
+    if cost == "measured":
+        say(f"measuring op costs ({cost_repeats} runs)")
+        costs = measure_costs(traced.gm, lambda: state.step_inputs().as_args(),
+                              repeats=cost_repeats, seed=seed)
+        for op in built.ops:
+            op["cost"] = float(costs[built.op_nodes[op["id"]]])
+        cost_note = (f"cost: median seconds over {cost_repeats} CPU runs of the traced step "
+                     f"(measured per op, torch {torch.__version__}, "
+                     f"{torch.get_num_threads()} threads)")
+    elif cost == "estimate":
+        for op in built.ops:
+            flops, nbytes = built.estimates[op["id"]]
+            op["cost"] = op_seconds(flops, nbytes, cost_model)
+        cost_note = cost_model.describe()
+    else:
+        for op in built.ops:
+            op.pop("cost", None)
+        cost_note = "cost: not measured"
+    add_order_edges(built.tensors, built.ops, built.op_writes)
+    dtypes = sorted({dtype_name(p.dtype) for p in state.params})
+    trace_desc = ("torch.fx.experimental.proxy_tensor.make_fx, tracing_mode='real', one "
+                  "steady-state step")
+    if fake:
+        trace_desc = ("torch.fx.experimental.proxy_tensor.make_fx over "
+                      "torch._subclasses.FakeTensorMode (fake tensors: sizes from tensor "
+                      "metadata, nothing allocated), one steady-state step")
+    opt = state.optimizer
+    full_meta = {"framework": f"torch {torch.__version__}",
+                 "optimizer": type(opt).__name__,
+                 "optimizer_options": optimizer_options(opt),
+                 "loss": _loss_name(state.loss_fn),
+                 "dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "device": "cpu",
+                 "capture": {"tool": "roam.capture", "mode": mode, "trace": trace_desc,
+                             "seed": seed}}
+    full_meta.update(meta or {})
+    graph = {"format": "roam-graph", "version": 1, "name": name, "meta": full_meta,
+             "tensors": built.tensors, "ops": built.ops, "outputs": built.outputs}
+    say("checking the graph")
+    check_graph(graph, require_monotone_phases=True)
+    _capture_checks(graph, state, built.op_writes)
+    full_meta["capture"]["notes"] = _notes(traced, built, cost_note, state)
+    s = summary(graph)
+    eager_peak = None
+    if check_peak and not fake:
+        from .peak import measure_eager_peak
+        eager_peak, _ = measure_eager_peak(traced, state.step_inputs(), seed=seed)
+        say(f"measured eager peak {eager_peak} B above resident; Tp(program order) "
+            f"{s['tp_program_order_bytes']} B")
+        check_eager_peak(graph, eager_peak)
+    full_meta["resident_bytes"] = s["resident_bytes"]
+    full_meta["tp_program_order_bytes"] = s["tp_program_order_bytes"]
+    return Graph(graph=graph, traced=traced, state=state,
+                 loss=None if fake else built.loss_value,
+                 op_nodes=dict(built.op_nodes), op_writes=dict(built.op_writes),
+                 eager_peak=eager_peak)
+
+
+def _to_fake_state(state: TrainingState, fake_mode) -> TrainingState:
+    from .fake import to_fake
+    state.fake_mode = fake_mode
+    state.params = [to_fake(fake_mode, p) for p in state.params]
+    state.buffers = [to_fake(fake_mode, b) for b in state.buffers]
+    state.state_values = [{k: (to_fake(fake_mode, v, constant=v.numel() <= 1)
+                               if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
+                          for d in state.state_values]
+    state.inputs = tuple(to_fake(fake_mode, x) for x in state.inputs)
+    return state
+
+
+def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
+            example_inputs: Sequence[torch.Tensor], *, fake: bool = False,
+            name: Optional[str] = None, n_loss_inputs: int = 1,
+            input_names: Optional[Sequence[str]] = None, cost: str = "auto",
+            cost_repeats: int = 3, cost_model: Optional[CostModel] = None,
+            warmup_inputs: Optional[Sequence[torch.Tensor]] = None, seed: int = 0,
+            check_peak: bool = True, meta: Optional[Dict[str, Any]] = None,
+            progress: Optional[Callable[[str], None]] = None) -> Graph:
+    """Capture one steady-state training step of ``model`` with ``optimizer``.
+
+    The step is: ``out = model(*example_inputs[:-n_loss_inputs])`` (the primary output of a
+    tuple, see :func:`~roam.capture.trace.primary_output`), ``loss = loss_fn(out,
+    *example_inputs[-n_loss_inputs:])``, the gradients of every parameter that requires one,
+    and ``optimizer.step()`` -- the optimizer's own step, traced, with its state passed in
+    as ``optimizer_state`` tensors that the step updates in place. BatchNorm statistics and
+    other module buffers are ``buffer`` inputs, updated in place.
+
+    Args:
+        model: any ``nn.Module`` (its mode, train or eval, is used as is).
+        optimizer: any ``torch.optim`` optimizer over (a subset of) ``model.parameters()``
+            that needs no closure. If it has no state yet, one warm-up step on copies (on
+            ``warmup_inputs``, default ``example_inputs``) creates it; the model and the
+            optimizer are never modified.
+        loss_fn: ``loss_fn(output, *targets) -> 0-d tensor``.
+        example_inputs: tensors; the last ``n_loss_inputs`` go to the loss, the others to
+            the model.
+        fake: trace on fake tensors (``FakeTensorMode``): nothing is allocated, sizes come
+            from tensor metadata; a model whose tensors are already fake (built inside a
+            ``FakeTensorMode``) needs ``fake=True``.
+        name: graph name (default ``<model class>-b<batch>-<optimizer>``).
+        input_names: names of the ``input`` tensors (default ``data``, ``labels`` for two
+            inputs, else ``input0..``, ``target0..``).
+        cost: ``"auto"`` (measured per op on the CPU in real mode, FLOP/bytes estimate in
+            fake mode), ``"measured"``, ``"estimate"`` or ``"none"``; see
+            :func:`capture_step`.
+        check_peak: (real mode) check the measured eager peak against Tp(program order).
+        meta: extra ``meta`` fields.
+        progress: called with short status strings.
+
+    Returns:
+        :class:`Graph` (``.save(path)`` writes it).
+
+    Raises:
+        CaptureError, GraphCheckError, ValueError (see :func:`capture_step`).
+    """
+    from .fake import fake_mode_of, new_fake_mode
+    state = make_state(model, optimizer, loss_fn, example_inputs, n_loss_inputs=n_loss_inputs,
+                       input_names=input_names)
+    tensors = list(state.params) + list(state.buffers) + list(state.inputs) + [
+        v for d in state.state_values for v in d.values() if isinstance(v, torch.Tensor)]
+    fm = fake_mode_of(tensors)
+    if fm is not None and not fake:
+        raise CaptureError("the model or inputs hold fake tensors: capture with fake=True")
+    if fake:
+        _to_fake_state(state, fm or new_fake_mode())
+    notes_extra = []
+    if not state.state_index:
+        say = progress or (lambda s: None)
+        say("the optimizer has no state yet: one warm-up step on copies creates it")
+        state = warm_up(state, inputs=warmup_inputs, seed=seed)
+        notes_extra.append("optimizer state created by one warm-up training step on copies "
+                           "of the model's tensors")
+    if name is None:
+        batch = state.inputs[0].shape[0] if state.inputs[0].dim() else 1
+        name = f"{type(model).__name__.lower()}-b{batch}-{type(optimizer).__name__.lower()}"
+    g = capture_step(state, name=name, meta=meta, cost=cost, cost_repeats=cost_repeats,
+                     cost_model=cost_model, seed=seed, check_peak=check_peak,
+                     progress=progress)
+    if notes_extra:
+        g.meta["capture"]["notes"] = notes_extra + g.meta["capture"]["notes"]
+    return g
+
+
+def capture_model(model: torch.nn.Module, data: torch.Tensor, labels: torch.Tensor, *,
+                  name: str, meta: Optional[Dict[str, Any]] = None,
+                  adam: Optional[AdamOptions] = None, warmup_batch=None,
+                  **kwargs) -> Graph:
+    """Capture a classifier's training step (cross-entropy, ``torch.optim.Adam`` with
+    ``adam``'s options, single-tensor implementation): the model is put in train mode and the
+    Adam state created by one warm-up step on copies (on ``warmup_batch`` = ``(data,
+    labels)``, default the captured batch). Keyword arguments go to :func:`capture_step`
+    (``measure_cost``, ``cost``, ``seed``, ``check_peak``, ``progress``, ...)."""
+    adam = adam or AdamOptions()
+    seed = kwargs.pop("seed", 0)
+    model.train()
+    state = make_state(model, adam.make(list(model.parameters())), cross_entropy_loss,
+                       (data, labels), adam=adam)
+    state = warm_up(state, inputs=warmup_batch, seed=seed)
+    return capture_step(state, name=name, meta=meta, seed=seed, **kwargs)
