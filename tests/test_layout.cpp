@@ -17,6 +17,7 @@
 #include "roam/analysis.h"
 #include "roam/graph.h"
 #include "roam/layout.h"
+#include "testing.h"
 
 namespace roam {
 namespace {
@@ -24,33 +25,8 @@ namespace {
 constexpr uint64_t KiB = 1024;
 constexpr uint64_t MiB = 1024 * 1024;
 
-struct Interval {
-  int32_t first;
-  int32_t last;
-  uint64_t size;
-};
-
-// Builds the chain graph of the file comment. Intervals must be listed by non-decreasing
-// `first`, so that StorageIdx i is intervals[i] (storages are numbered by producer, then output
-// position). `steps` ops are created (at least max last + 1).
-Graph interval_graph(const std::vector<Interval>& ivs, int32_t steps = 0) {
-  for (const Interval& iv : ivs) steps = std::max(steps, iv.last + 1);
-  nlohmann::json tensors = nlohmann::json::array();
-  std::vector<nlohmann::json> ops(steps);
-  for (int32_t k = 0; k < steps; ++k) {
-    ops[k] = {{"id", "n" + std::to_string(k)}, {"target", "test.op"},
-              {"inputs", nlohmann::json::array()}, {"outputs", nlohmann::json::array()}};
-  }
-  for (size_t i = 0; i < ivs.size(); ++i) {
-    const std::string id = "s" + std::to_string(i);
-    tensors.push_back({{"id", id}, {"size", ivs[i].size}});
-    ops[ivs[i].first]["outputs"].push_back(id);
-    if (ivs[i].last > ivs[i].first) ops[ivs[i].last]["inputs"].push_back(id);
-  }
-  nlohmann::json doc = {{"format", "roam-graph"}, {"version", 1}, {"name", "layout-test"},
-                        {"tensors", tensors}, {"ops", ops}, {"outputs", nlohmann::json::array()}};
-  return parse_graph(doc, "<test>");
-}
+using roamtest::Interval;
+using roamtest::interval_graph;
 
 // Liveness of the program order, checked against the intended intervals.
 Liveness interval_liveness(const Graph& g, const std::vector<Interval>& ivs) {

@@ -609,4 +609,33 @@ inline json caterpillar_graph_json(uint64_t seed, int num_chain, int num_sinks) 
   return b.doc;
 }
 
+// A chain of ops n0, n1, ...; storage i is tensor "s<i>", produced by op `first` and read by op
+// `last`, so under program order its live interval is exactly [first, last] (inclusive steps,
+// as in the graph format). Intervals must be listed by non-decreasing `first` (storages are
+// numbered by producer); `steps` ops are created (at least max last + 1).
+struct Interval {
+  int32_t first;
+  int32_t last;
+  uint64_t size;
+};
+
+inline roam::Graph interval_graph(const std::vector<Interval>& ivs, int32_t steps = 0) {
+  for (const Interval& iv : ivs) steps = std::max(steps, iv.last + 1);
+  nlohmann::json tensors = nlohmann::json::array();
+  std::vector<nlohmann::json> ops(steps);
+  for (int32_t k = 0; k < steps; ++k) {
+    ops[k] = {{"id", "n" + std::to_string(k)}, {"target", "test.op"},
+              {"inputs", nlohmann::json::array()}, {"outputs", nlohmann::json::array()}};
+  }
+  for (size_t i = 0; i < ivs.size(); ++i) {
+    const std::string id = "s" + std::to_string(i);
+    tensors.push_back({{"id", id}, {"size", ivs[i].size}});
+    ops[ivs[i].first]["outputs"].push_back(id);
+    if (ivs[i].last > ivs[i].first) ops[ivs[i].last]["inputs"].push_back(id);
+  }
+  nlohmann::json doc = {{"format", "roam-graph"}, {"version", 1}, {"name", "interval-test"},
+              {"tensors", tensors}, {"ops", ops}, {"outputs", nlohmann::json::array()}};
+  return roam::parse_graph(doc, "<test>");
+}
+
 }  // namespace roamtest
