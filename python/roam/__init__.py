@@ -5,9 +5,12 @@ training step (ROAM, arXiv 2310.19295). This package captures such a step from P
 writes it as a ``roam-graph`` v1 file (see ``GRAPH_FORMAT.md``):
 ``roam.capture(model, optimizer, loss_fn, example_inputs, fake=False).save("step.json.gz")``
 (see :mod:`roam.capture`); :mod:`roam.zoo` has BERT and GPT-2 in plain PyTorch.
+``roam.optimize(model, optimizer, loss_fn, example_inputs)`` returns a training step that runs
+under a roam plan (see :mod:`roam.executor`).
 """
 
 from . import capture  # noqa: F401  (a callable module: roam.capture(...))
 from .capture import Graph  # noqa: F401
+from .executor import optimize  # noqa: F401  (roam.optimize(...) -> RoamStep)
 
-__all__ = ["Graph", "capture"]
+__all__ = ["Graph", "capture", "optimize"]

@@ -1,0 +1,18 @@
+"""The executor: a real PyTorch training step under a roam plan (DESIGN.md "Executor").
+
+* :func:`optimize` -> :class:`RoamStep`: capture, plan (libroam through ``roam._native``),
+  run every step in the plan's order with planned storages at their arena offsets;
+* :class:`Program`: a captured fx step compiled for one order;
+* ``roam._native.Session``: the planned CPU allocator (src/executor/arena_allocator.h).
+
+``python -m roam.run --model NAME --batch-size B --steps N`` compares eager and roam steps.
+"""
+
+from .api import (ALIGNMENT, RoamStep, StepReport, add_rng_order_edges, load_plan, optimize,
+                  plan_graph, validate_plan)
+from .native import BUILD_HINT, NativeMissing, available, native
+from .program import PlanMismatch, Program
+
+__all__ = ["ALIGNMENT", "BUILD_HINT", "NativeMissing", "PlanMismatch", "Program", "RoamStep",
+           "StepReport", "add_rng_order_edges", "available", "load_plan", "native", "optimize",
+           "plan_graph", "validate_plan"]

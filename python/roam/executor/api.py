@@ -1,0 +1,516 @@
+"""``roam.optimize``: a training step that runs under a roam plan.
+
+``step = roam.optimize(model, optimizer, loss_fn, example_inputs)`` captures one training step
+(:func:`roam.capture`), plans it with libroam (``roam._native.plan``, no subprocess), and
+returns a :class:`RoamStep`. ``loss = step(*inputs)`` then runs one training step: the captured
+fx graph in the plan's order, every planned storage served at its offset in one arena by the
+planned CPU allocator (``roam._native.Session``), operator workspaces from a counted fallback
+heap; the model's parameters, buffers and the optimizer's state are updated in place, as
+``loss.backward(); optimizer.step()`` would. ``step.last_report`` (:class:`StepReport`) has the
+measured bytes.
+
+Operator workspaces (allocations the plan does not know) are served from arena bytes that are
+free at that moment when they fit (``workspaces="arena"``, the default), else from the
+fallback heap.
+
+Safety: the plan is validated against the graph first; a run that diverges from it (an output
+not at its planned offset, a planned slot still occupied) switches to ordinary allocation for
+the rest of the step (warned once, reported); inputs or optimizer state unlike the captured
+ones (another batch shape, no optimizer state yet) run an ordinary eager step. Every arena
+allocation is checked against the live blocks, so two live tensors never share bytes.
+
+Determinism: random operators (dropout) must consume the generator in program order for the
+step to equal eager PyTorch; :func:`add_rng_order_edges` chains them with ``after`` edges in the
+graph that is planned.
+"""
+
+import contextlib
+import copy
+import gzip
+import json
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils._pytree as pytree
+
+from .native import native
+from .program import PlanMismatch, Program, ranks_from_events
+from .scalars import StepScalars
+
+ALIGNMENT = 64
+
+
+# ---------------------------------------------------------------- graph and plan helpers
+
+@contextlib.contextmanager
+def eager_kernels_while_tracing():
+    """While active, make_fx records an operator that has a CPU kernel as itself instead of
+    decomposing it.
+
+    torch 1.13's make_fx (``proxy_call``) decomposes every operator that has a
+    CompositeImplicitAutograd kernel, even where eager PyTorch runs a dedicated CPU kernel:
+    ``silu_backward`` and ``mish_backward`` become 6-7 elementwise ops that round differently,
+    so the captured step's gradients differ from eager autograd in the last bits (and Adam
+    turns near-zero gradients of that kind into visibly different parameters:
+    efficientnet_b0's BatchNorm biases). Operators without a CPU kernel (``linear``,
+    ``dropout``, ...) still decompose, as they do in eager mode.
+    """
+    OpOverload = torch._ops.OpOverload
+    original = OpOverload.decompose
+    cpu = torch._C.DispatchKey.CPU
+
+    def decompose(self, *args, **kwargs):
+        if torch._C._dispatch_has_kernel_for_dispatch_key(self.name(), cpu):
+            return NotImplemented
+        return original(self, *args, **kwargs)
+
+    OpOverload.decompose = decompose
+    try:
+        yield
+    finally:
+        OpOverload.decompose = original
+
+
+def add_rng_order_edges(graph: Dict[str, Any]) -> int:
+    """Chain the random operators of ``graph`` (tag ``nondeterministic_seeded``: dropout's
+    ``bernoulli_``, ``rand``, ...) with ``after`` edges in program order, in place, so that any
+    valid order draws from the generator in eager PyTorch's sequence. Returns the number of
+    edges added."""
+    prev = None
+    added = 0
+    for op in graph["ops"]:
+        if not _is_random(op["target"]):
+            continue
+        if prev is not None:
+            after = op.setdefault("after", [])
+            if prev not in after:
+                after.append(prev)
+                added += 1
+        prev = op["id"]
+    return added
+
+
+def _is_random(target: str) -> bool:
+    # "aten.bernoulli_.float" -> torch.ops.aten.bernoulli_.float
+    try:
+        ns, name, overload = target.split(".")
+        op = getattr(getattr(getattr(torch.ops, ns), name), overload)
+        return torch.Tag.nondeterministic_seeded in op.tags
+    except Exception:
+        return False
+
+
+def plan_graph(graph: Dict[str, Any], order: str = "roam", layout: str = "roam",
+               alignment: int = ALIGNMENT, time_limit_seconds: float = 60.0,
+               threads: int = 1) -> Dict[str, Any]:
+    """Plan ``graph`` (roam-graph v1 dict) with libroam's ``make_plan``; returns the
+    roam-plan v1 dict. A method the library does not know (e.g. ``roam`` before the ROAM
+    planners exist) falls back to ``auto`` with a warning; the plan's ``method`` says which ran.
+    """
+    N = native()
+    orders, layouts = N.order_methods(), N.layout_methods()
+    if order not in orders and order != "auto":
+        warnings.warn(f"roam: order method {order!r} is not in the library ({orders}); "
+                      f"using 'auto'")
+        order = "auto"
+    if layout not in layouts and layout != "auto":
+        warnings.warn(f"roam: layout method {layout!r} is not in the library ({layouts}); "
+                      f"using 'auto'")
+        layout = "auto"
+    text = N.plan(json.dumps(graph), order, layout, alignment, threads, time_limit_seconds)
+    return json.loads(text)
+
+
+def validate_plan(graph: Dict[str, Any], plan: Dict[str, Any]) -> Dict[str, Any]:
+    """libroam's independent validator: ``{"valid", "problems", "recomputed"}``."""
+    return json.loads(native().validate(json.dumps(graph), json.dumps(plan)))
+
+
+def load_plan(path: str) -> Dict[str, Any]:
+    """A roam-plan file (``.json`` or ``.json.gz``)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+# ---------------------------------------------------------------- reports
+
+@dataclass
+class StepReport:
+    """What one step measured. Bytes are counted by the planned CPU allocator; fallback and
+    eager bytes are rounded up to 64 per allocation (c10's CPU alignment).
+
+    ``mode``: ``planned`` (the plan held for the whole step), ``diverged`` (it switched to
+    ordinary allocation at ``mismatch``), ``unplanned`` (no usable plan: program order,
+    ordinary allocation) or ``eager`` (inputs or optimizer state unlike the captured step:
+    an ordinary ``loss.backward(); optimizer.step()``; ``reason`` says why).
+    """
+    step: int
+    loss: float
+    mode: str
+    planned_arena_bytes: int = 0       # the plan's arena (stats.arena_bytes)
+    arena_bytes: int = 0               # arena reserved for the step (= planned when planned)
+    arena_used_bytes: int = 0          # measured: max offset + size served in the arena
+    fallback_peak_bytes: int = 0       # measured peak of the fallback heap (workspaces, ...)
+    total_peak_bytes: int = 0          # arena + fallback at their worst moment
+    eager_peak_bytes: Optional[int] = None  # same step, program order, default allocator
+    planned_saving_bytes: int = 0      # Tp(program order) - planned arena
+    arena_allocs: int = 0
+    fallback_allocs: int = 0
+    arena_workspaces: int = 0          # unplanned requests (workspaces) served from free arena
+                                       # bytes (optimize(workspaces="arena"))
+    mismatch: Optional[str] = None
+    reason: Optional[str] = None
+    debug_checks: int = 0
+    debug_violations: int = 0
+    escaped_arena_blocks: int = 0      # arena blocks still referenced after the step
+    seconds: float = 0.0
+
+    @property
+    def reduction(self) -> Optional[float]:
+        """1 - total_peak / eager_peak (None without an eager figure)."""
+        if not self.eager_peak_bytes:
+            return None
+        return 1.0 - self.total_peak_bytes / self.eager_peak_bytes
+
+    @property
+    def meets_saving(self) -> Optional[bool]:
+        """eager_peak - total_peak >= planned_saving - fallback_peak."""
+        if self.eager_peak_bytes is None:
+            return None
+        return (self.eager_peak_bytes - self.total_peak_bytes
+                >= self.planned_saving_bytes - self.fallback_peak_bytes)
+
+    def as_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["reduction"] = self.reduction
+        return d
+
+
+# ---------------------------------------------------------------- the step
+
+def _sig(t: torch.Tensor):
+    return (tuple(t.shape), t.dtype, tuple(t.stride()), t.device.type)
+
+
+def _first_tensor(out) -> torch.Tensor:
+    """The loss among the step's outputs (the first tensor)."""
+    return next(t for t in pytree.tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+
+
+def _flatten_state(st) -> List[torch.Tensor]:
+    """Placeholder order of the captured step: params, buffers, optimizer state, inputs."""
+    ostate = [st.state_values[k][key] for k in range(len(st.state_index))
+              for key in st.state_keys[k]]
+    return list(st.params) + list(st.buffers) + ostate + list(st.inputs)
+
+
+class RoamStep:
+    """One training step under a roam plan; call it as ``loss = step(*inputs)`` (inputs
+    shaped like the ``example_inputs`` given to :func:`optimize`). See the module docstring.
+
+    Attributes:
+        captured: the :class:`roam.capture.Graph` of the step. graph: the planned graph dict
+            (captured graph plus RNG order edges). plan: the roam-plan dict.
+        program: the compiled plan-order program (None when the plan was unusable).
+        eager_peak_bytes: measured peak of the step in program order with PyTorch's default
+            allocator (from the calibration run). reports: one :class:`StepReport` per call.
+    """
+
+    def __init__(self, model, optimizer, loss_fn, captured, graph, plan, *, n_loss_inputs=1,
+                 debug=False, measure_eager="once", trust_plan=False, priority=100,
+                 record=False, workspaces="arena"):
+        from ..capture.trace import make_state  # noqa: F401  (fail early if capture changed)
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.captured = captured
+        self.graph = graph
+        self.plan = plan
+        self.n_loss_inputs = n_loss_inputs
+        self.debug = debug
+        self.measure_eager = measure_eager
+        self.priority = priority
+        self.record = record
+        if workspaces not in ("arena", "heap"):
+            raise ValueError(f"workspaces must be 'arena' or 'heap', not {workspaces!r}")
+        self.workspaces = workspaces
+        self.reports: List[StepReport] = []
+        self.unplanned_reason: Optional[str] = None
+        self._warned = set()
+        self._count = 0
+        N = native()
+        gm = captured.traced.gm
+        state = captured.state
+        self.alignment = int(plan.get("alignment", ALIGNMENT))
+        self.planned_arena_bytes = int(plan.get("stats", {}).get("arena_bytes", 0))
+        program_order = [op["id"] for op in graph["ops"]]
+        self.tp_program = N.theoretical_peak(json.dumps(graph), program_order, self.alignment)
+        self.planned_saving_bytes = self.tp_program - self.planned_arena_bytes
+        self._signature = [_sig(t) for t in _flatten_state(state)]
+        # the argument structure of the GraphModule (StepInputs.as_args())
+        self._treespec = pytree.tree_flatten(
+            ([0] * len(state.params), [0] * len(state.buffers),
+             [tuple(0 for _ in keys) for keys in state.state_keys],
+             [0] * len(state.inputs)))[1]
+        self._state_layout = (list(state.state_index), [tuple(k) for k in state.state_keys])
+        self.scalars = StepScalars(gm, optimizer, state.group_index, state.state_index,
+                                   state.state_values, state.params)
+
+        # the plan: validated, compiled
+        self.program: Optional[Program] = None
+        if not trust_plan:
+            try:
+                rep = validate_plan(graph, plan)
+            except (RuntimeError, ValueError, TypeError) as e:  # unreadable plan
+                rep = {"valid": False, "problems": [str(e)]}
+            if not rep["valid"]:
+                self.unplanned_reason = ("the plan is not valid for the captured graph: "
+                                         + "; ".join(rep["problems"][:2]))
+        if self.unplanned_reason is None:
+            try:
+                self.program = Program.build(gm, graph, captured.op_nodes, plan["order"],
+                                             plan["offsets"], self.planned_arena_bytes,
+                                             self.alignment)
+            except (PlanMismatch, KeyError, TypeError, ValueError) as e:
+                self.unplanned_reason = f"the plan does not fit the captured step: {e}"
+        if self.unplanned_reason is not None:
+            warnings.warn(f"roam: {self.unplanned_reason}; running the captured step in program "
+                          f"order with ordinary allocation", stacklevel=3)
+        # program order, planned outputs known (calibration and eager measurement)
+        offsets = plan.get("offsets") if self.program is not None else None
+        self.eager_program = Program.build(gm, graph, captured.op_nodes, None, offsets,
+                                           self.planned_arena_bytes, self.alignment)
+        self.session = N.Session()
+        self.ranks: Dict[str, List[int]] = {}
+        self.eager_peak_bytes: Optional[int] = None
+        # calibration on copies of the captured tensors: which allocation of an op is its
+        # output (kernels may allocate a workspace of the output's size first) + eager peak
+        self.eager_peak_bytes = self._measure_eager(_flatten_state(state), calibrate=True)
+        if self.program is not None:
+            self.session.configure(self.planned_arena_bytes, self.alignment,
+                                   self.program.session_schedule(self.ranks))
+        self.session.debug = bool(debug)
+        self.session.record = bool(record)
+        self.session.set_workspaces_in_arena(workspaces == "arena")
+
+    # -------------------------------------------------------------- helpers
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, stacklevel=3)
+
+    def _measure_eager(self, tensors: Sequence[torch.Tensor], calibrate: bool = False) -> int:
+        """Run the captured step in program order on clones of ``tensors`` under a
+        pass-through session (PyTorch's default allocator, counted); the global RNG state is
+        restored afterwards. With ``calibrate``, learn the ranks of the planned outputs."""
+        N = native()
+        with torch.no_grad():
+            flat = [t.detach().clone() for t in tensors]
+        prog = self.eager_program
+        s = N.Session()
+        s.configure(0, self.alignment, [])
+        s.set_pass_through(True)
+        s.record = calibrate
+        observed: Dict[int, List[int]] = {}
+        rng = torch.get_rng_state()
+        try:
+            s.install(self.priority)
+            try:
+                out = prog.run(flat, s, observe=(lambda k, p: observed.__setitem__(k, list(p)))
+                               if calibrate else None)
+                del out
+            finally:
+                s.uninstall()
+        finally:
+            torch.set_rng_state(rng)
+        if calibrate and prog.steps and any(st.planned for st in prog.steps):
+            self.ranks = ranks_from_events(prog, s.events(), observed)
+        return int(s.stats()["fallback_peak"])
+
+    def _bind(self, inputs) -> Tuple[Optional[List[torch.Tensor]], Optional[List[torch.Tensor]],
+                                     Optional[str]]:
+        """The live tensors for the captured placeholders, or a reason why they differ."""
+        from ..capture.trace import make_state
+        from ..capture.errors import CaptureError
+        try:
+            st = make_state(self.model, self.optimizer, self.loss_fn, inputs,
+                            n_loss_inputs=self.n_loss_inputs)
+        except CaptureError as e:
+            return None, None, str(e)
+        if (list(st.state_index), [tuple(k) for k in st.state_keys]) != self._state_layout:
+            if not st.state_index:
+                return None, None, "the optimizer has no state yet (its first step creates it)"
+            return None, None, "the optimizer state differs from the captured one"
+        flat = _flatten_state(st)
+        sig = [_sig(t) for t in flat]
+        if sig != self._signature:
+            bad = next(i for i, (a, b) in enumerate(zip(sig, self._signature)) if a != b) \
+                if len(sig) == len(self._signature) else -1
+            return None, None, (f"tensor {bad} of the step (shape, dtype or strides) differs from "
+                                f"the captured one" if bad >= 0 else
+                                "the number of tensors differs from the captured step")
+        flat = [t.detach() for t in flat]
+        return flat, list(st.params), None
+
+    def _eager_step(self, inputs) -> torch.Tensor:
+        from ..capture.trace import primary_output
+        n = len(inputs) - self.n_loss_inputs
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(primary_output(self.model(*inputs[:n])), *inputs[n:])
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    # -------------------------------------------------------------- the step
+    def __call__(self, *inputs) -> torch.Tensor:
+        t0 = time.perf_counter()
+        self._count += 1
+        inputs = tuple(inputs)
+        flat, params, reason = self._bind(inputs)
+        if reason is None:
+            reason = self.scalars.refresh(params)
+        if reason is not None:
+            self._warn_once("eager:" + reason.split(":")[0],
+                            f"roam: {reason}; running an ordinary eager step")
+            s = native().Session()
+            s.configure(0, self.alignment, [])
+            s.set_pass_through(True)
+            s.install(self.priority)
+            try:
+                loss = self._eager_step(inputs)
+            finally:
+                s.uninstall()
+            st = s.stats()
+            rep = StepReport(step=self._count, loss=float(loss), mode="eager", reason=reason,
+                             planned_arena_bytes=self.planned_arena_bytes,
+                             fallback_peak_bytes=int(st["fallback_peak"]),
+                             total_peak_bytes=int(st["total_peak"]),
+                             fallback_allocs=int(st["fallback_allocs"]),
+                             seconds=time.perf_counter() - t0)
+            self.reports.append(rep)
+            return loss
+
+        eager_peak = self.eager_peak_bytes
+        if self.measure_eager == "every":
+            eager_peak = self._measure_eager(flat)
+        if self.program is None:
+            prog, session = self.eager_program, native().Session()
+            session.configure(0, self.alignment, [])
+            session.set_pass_through(True)
+            session.debug = bool(self.debug)
+        else:
+            prog, session = self.program, self.session
+        session.install(self.priority)
+        try:
+            out = prog.run(flat, session)
+        finally:
+            session.uninstall()
+        loss = _first_tensor(out).detach().clone()  # out of the arena
+        del out, flat, params
+        st = session.stats()
+        escaped = session.arena_live_blocks if self.program is not None else 0
+        if self.program is None:
+            mode = "unplanned"
+        else:
+            mode = "planned" if st["mode"] == "planned" else "diverged"
+        mismatch = st["first_mismatch"] or None
+        if mismatch:
+            self._warn_once("diverged", f"roam: the step diverged from the plan at step "
+                                        f"{st['first_mismatch_step']}: {mismatch}; ordinary "
+                                        f"allocation for the rest of the step")
+        if st["debug_violations"]:
+            raise RuntimeError(f"roam executor bug: {st['first_violation']}")
+        rep = StepReport(
+            step=self._count, loss=float(loss), mode=mode,
+            planned_arena_bytes=self.planned_arena_bytes,
+            arena_bytes=int(st["arena_bytes"]), arena_used_bytes=int(st["arena_high_water"]),
+            fallback_peak_bytes=int(st["fallback_peak"]), total_peak_bytes=int(st["total_peak"]),
+            eager_peak_bytes=eager_peak, planned_saving_bytes=self.planned_saving_bytes,
+            arena_allocs=int(st["arena_allocs"]), fallback_allocs=int(st["fallback_allocs"]),
+            arena_workspaces=int(st["arena_workspaces"]), mismatch=mismatch,
+            reason=self.unplanned_reason,
+            debug_checks=int(st["debug_checks"]), debug_violations=int(st["debug_violations"]),
+            escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0)
+        self.reports.append(rep)
+        return loss
+
+    @property
+    def last_report(self) -> Optional[StepReport]:
+        return self.reports[-1] if self.reports else None
+
+    def reference_step(self, *inputs, model=None, optimizer=None) -> torch.Tensor:
+        """Run the *same captured graph* in program order with PyTorch's default allocator
+        on ``model`` / ``optimizer`` (default: this step's; pass deep copies to compare),
+        updating them in place: the bit-identity reference of the tests."""
+        from ..capture.trace import make_state
+        model = model if model is not None else self.model
+        optimizer = optimizer if optimizer is not None else self.optimizer
+        st = make_state(model, optimizer, self.loss_fn, tuple(inputs),
+                        n_loss_inputs=self.n_loss_inputs)
+        flat = [t.detach() for t in _flatten_state(st)]
+        saved = self.scalars.optimizer
+        try:
+            self.scalars.optimizer = optimizer
+            reason = self.scalars.refresh(list(st.params))
+        finally:
+            self.scalars.optimizer = saved
+        if reason is not None:
+            raise RuntimeError(f"reference step impossible: {reason}")
+        gm = self.scalars.compiled_module()
+        args = pytree.tree_unflatten(flat, self._treespec)
+        with torch.no_grad():
+            return _first_tensor(gm(*args)).detach().clone()
+
+
+def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
+             example_inputs: Sequence[torch.Tensor], plan: Union[None, str, Dict[str, Any]] = None,
+             order: str = "roam", layout: str = "roam", *, n_loss_inputs: int = 1,
+             alignment: int = ALIGNMENT, time_limit_seconds: float = 60.0, threads: int = 1,
+             debug: bool = False, measure_eager: str = "once", trust_plan: bool = False,
+             workspaces: str = "arena", captured=None,
+             progress: Optional[Callable[[str], None]] = None) -> RoamStep:
+    """Capture one training step of ``model`` / ``optimizer`` / ``loss_fn`` on
+    ``example_inputs`` (the model's inputs, then the last ``n_loss_inputs`` for
+    ``loss_fn(output, *targets)``), plan it (``order`` / ``layout`` methods of libroam, or the
+    given ``plan``: a roam-plan dict or file path), and return the :class:`RoamStep`.
+
+    Nothing of ``model`` or ``optimizer`` is modified here (the capture runs on copies; the
+    global RNG state is restored). ``debug``: the allocator checks every allocation against
+    every live block. ``measure_eager``: ``"once"`` (the eager peak of the calibration run is
+    reported with every step) or ``"every"`` (measured again before each step, on copies).
+    ``trust_plan``: skip the validator (tests of the run-time checks). ``workspaces``:
+    ``"arena"`` (default) serves operator workspaces of at least 4 KiB from arena bytes that are
+    free at that moment, ``"heap"`` sends every unplanned allocation to the fallback heap.
+    ``captured``: reuse a :class:`roam.capture.Graph` of this model and optimizer (traced
+    under :func:`eager_kernels_while_tracing`).
+    """
+    from .. import capture as roam_capture
+    say = progress or (lambda s: None)
+    rng = torch.get_rng_state()
+    try:
+        if captured is None:
+            say("capturing the training step")
+            with eager_kernels_while_tracing():
+                captured = roam_capture.capture(model, optimizer, loss_fn,
+                                                tuple(example_inputs),
+                                                n_loss_inputs=n_loss_inputs, cost="none",
+                                                check_peak=False, progress=progress)
+        graph = copy.deepcopy(captured.graph)
+        add_rng_order_edges(graph)
+        if plan is None:
+            say(f"planning (order {order}, layout {layout})")
+            plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads)
+        elif isinstance(plan, str):
+            plan = load_plan(plan)
+        say("calibrating (one step in program order on copies)")
+        step = RoamStep(model, optimizer, loss_fn, captured, graph, plan,
+                        n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
+                        trust_plan=trust_plan, workspaces=workspaces)
+    finally:
+        torch.set_rng_state(rng)
+    return step

@@ -1,0 +1,33 @@
+"""Loading the compiled extension ``roam._native`` (src/executor/, built by CMake)."""
+
+_NATIVE = None
+
+BUILD_HINT = ("roam._native is not built: install libtorch-dev, pybind11-dev and python3-dev "
+              "(Debian), then `cmake -S . -B build -G Ninja && cmake --build build` from the "
+              "repository root (the module is written to python/roam/)")
+
+
+class NativeMissing(ImportError):
+    """The executor extension is not built (see :data:`BUILD_HINT`)."""
+
+
+def native():
+    """The ``roam._native`` module (imported once). Raises :class:`NativeMissing`."""
+    global _NATIVE
+    if _NATIVE is None:
+        import torch  # noqa: F401  (loads libc10 first; the extension shares it)
+        try:
+            from .. import _native as mod
+        except ImportError as e:
+            raise NativeMissing(f"{BUILD_HINT} ({e})") from e
+        _NATIVE = mod
+    return _NATIVE
+
+
+def available() -> bool:
+    """True when the extension can be imported."""
+    try:
+        native()
+        return True
+    except NativeMissing:
+        return False

@@ -1,0 +1,235 @@
+"""``python -m roam.run --model NAME --batch-size B --steps N``: train a model for N steps
+with :func:`roam.optimize` and, side by side, with the ordinary eager loop; print per step the
+loss and the measured peak of both, and the reduction.
+
+Peaks are bytes allocated above what exists before the step (parameters, buffers, optimizer
+state and the batch are resident), counted by the executor's CPU allocator rounded up to 64
+bytes per allocation:
+
+* ``eager``: the ordinary ``model(x) / loss.backward() / optimizer.step()`` loop on a copy of
+  the model and optimizer (PyTorch's default allocator, counted in pass-through mode);
+* ``graph``: the captured step in program order with the default allocator (what the plan is
+  compared with: same ops, same workspaces);
+* ``roam``: the arena of the plan (reserved for the whole step) plus the fallback heap's peak.
+
+Models: any torchvision classification model (images ``--image-size``), the :mod:`roam.zoo`
+models, and BERT presets ``bert-tiny`` (2 layers, hidden 128), ``bert-mini`` (4, 256),
+``bert-small`` (4, 512) built with :class:`roam.zoo.BertConfig`.
+
+``--check`` also runs the captured graph in program order on a third copy and reports, after
+the last step, whether the roam model is bit-identical to it and the largest relative
+difference to the eager loop.
+"""
+
+import argparse
+import copy
+import json
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+MiB = float(1 << 20)
+
+BERT_PRESETS = {
+    "bert-tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2,
+                      intermediate_size=512),
+    "bert-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+                      intermediate_size=1024),
+    "bert-small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+                       intermediate_size=2048),
+}
+
+
+def _mib(v: Optional[int]) -> str:
+    return "-" if v is None else f"{v / MiB:.3f}"
+
+
+def build(name: str, batch_size: int, image_size: int, num_classes: int,
+          seq_len: Optional[int], optimizer: str, seed: int):
+    """``(model, optimizer, loss_fn, batch_fn)``; ``batch_fn(i)`` is the i-th batch (a
+    deterministic random one)."""
+    from . import zoo
+    from .capture.models import build_model, classification_model_names, make_optimizer
+    from .capture.errors import UnknownModelError
+    from .capture.trace import cross_entropy_loss
+    torch.manual_seed(seed)
+    if name in BERT_PRESETS or name in zoo.MODELS:
+        base = "bert-base" if name in BERT_PRESETS else name
+        cfg = None
+        if name in BERT_PRESETS:
+            cfg = zoo.BertConfig(**BERT_PRESETS[name])
+        model = zoo.build(base, cfg)
+        s = seq_len or (128 if name in BERT_PRESETS else zoo.MODELS[name].seq_len)
+
+        def batch_fn(i):
+            g = torch.Generator().manual_seed(seed * 1000 + i)
+            return zoo.example_batch(base, batch_size, s, generator=g, config=cfg)
+        loss_fn = zoo.lm_loss
+    elif name in classification_model_names():
+        model = build_model(name, num_classes=num_classes)
+
+        def batch_fn(i):
+            g = torch.Generator().manual_seed(seed * 1000 + i)
+            return (torch.randn(batch_size, 3, image_size, image_size, generator=g),
+                    torch.randint(0, num_classes, (batch_size,), generator=g))
+        loss_fn = cross_entropy_loss
+    else:
+        valid = sorted(BERT_PRESETS) + zoo.model_names() + classification_model_names()
+        raise UnknownModelError(name, valid)
+    model.train()
+    return model, make_optimizer(optimizer, model.parameters()), loss_fn, batch_fn
+
+
+def eager_step(model, opt, loss_fn, batch) -> torch.Tensor:
+    """The ordinary training step (primary output of a tuple, as the capture does)."""
+    from .capture.trace import primary_output
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(primary_output(model(*batch[:-1])), batch[-1])
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def measured(fn, priority: int = 100) -> Tuple[Any, int]:
+    """``(fn(), peak bytes allocated during it)`` counted by a pass-through session."""
+    from .executor import native
+    s = native().Session()
+    s.configure(0, 64, [])
+    s.set_pass_through(True)
+    s.install(priority)
+    try:
+        out = fn()
+    finally:
+        s.uninstall()
+    return out, int(s.stats()["fallback_peak"])
+
+
+def max_rel_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    worst = 0.0
+    for (_, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        d = (p.detach().double() - q.detach().double()).abs().max().item()
+        s = q.detach().double().abs().max().item()
+        worst = max(worst, d / s if s > 0 else d)
+    return worst
+
+
+def bit_identical(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.equal(p, q) for (_, p), (_, q) in zip(a.named_parameters(),
+                                                          b.named_parameters()))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m roam.run", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--optimizer", default="adam", choices=("adam", "adamw", "sgd"))
+    p.add_argument("--order", default="roam")
+    p.add_argument("--layout", default="roam")
+    p.add_argument("--time-limit", type=float, default=60.0, help="planner seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--debug", action="store_true",
+                   help="check every allocation against every live block")
+    p.add_argument("--check", action="store_true",
+                   help="also compare parameters with the captured graph in program order "
+                        "(bit-identical) and with the eager loop (relative difference)")
+    p.add_argument("--no-eager", action="store_true", help="skip the eager loop")
+    p.add_argument("--workspaces", default="arena", choices=("arena", "heap"),
+                   help="operator workspaces: from free arena bytes when they fit (arena) or "
+                        "always from the fallback heap (heap)")
+    p.add_argument("--json", default=None, help="write the per-step reports here")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    from .executor import optimize
+    from .capture.errors import UnknownModelError
+
+    def say(msg):
+        print(f"[roam.run] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        model, opt, loss_fn, batch_fn = build(args.model, args.batch_size, args.image_size,
+                                              args.num_classes, args.seq_len, args.optimizer,
+                                              args.seed)
+    except UnknownModelError as e:
+        print(f"roam.run: {e}", file=sys.stderr)
+        return 2
+    # steady state: one ordinary warm-up step creates the optimizer state
+    eager_step(model, opt, loss_fn, batch_fn(0))
+    models = {"eager": copy.deepcopy((model, opt))} if not args.no_eager else {}
+    if args.check:
+        models["graph"] = copy.deepcopy((model, opt))
+    t0 = time.perf_counter()
+    step = optimize(model, opt, loss_fn, batch_fn(1), order=args.order, layout=args.layout,
+                    time_limit_seconds=args.time_limit, debug=args.debug,
+                    workspaces=args.workspaces, progress=say)
+    plan = step.plan
+    st = plan["stats"]
+    say(f"captured {len(step.graph['ops'])} ops; plan order {plan['method']['order']}, layout "
+        f"{plan['method']['layout']}: Tp {st['theoretical_peak_bytes'] / MiB:.2f} MiB, arena "
+        f"{st['arena_bytes'] / MiB:.2f} MiB, lower bound {st['lower_bound_bytes'] / MiB:.2f} "
+        f"MiB; Tp(program order) {step.tp_program / MiB:.2f} MiB; resident "
+        f"{st['resident_bytes'] / MiB:.2f} MiB ({time.perf_counter() - t0:.1f} s)")
+    print(f"{args.model} batch {args.batch_size}: planned arena {st['arena_bytes'] / MiB:.3f} MiB "
+          f"(order {plan['method']['order']}, layout {plan['method']['layout']}), "
+          f"Tp(program order) {step.tp_program / MiB:.3f} MiB, planned saving "
+          f"{step.planned_saving_bytes / MiB:.3f} MiB")
+    print(f"{'step':>4} {'loss eager':>11} {'loss roam':>11} {'eager MiB':>10} {'graph MiB':>10} "
+          f"{'roam MiB':>9} {'arena':>8} {'fallback':>9} {'vs eager':>9} {'vs graph':>9}  mode")
+    rows = []
+    rng_seed = args.seed + 12345
+    for i in range(args.steps):
+        batch = batch_fn(2 + i)
+        le, eager_peak = None, None
+        if "eager" in models:
+            m, o = models["eager"]
+            torch.manual_seed(rng_seed + i)
+            le, eager_peak = measured(lambda: eager_step(m, o, loss_fn, batch))
+        if "graph" in models:
+            m, o = models["graph"]
+            torch.manual_seed(rng_seed + i)
+            step.reference_step(*batch, model=m, optimizer=o)
+        torch.manual_seed(rng_seed + i)
+        loss = step(*batch)
+        r = step.last_report
+        gp = r.eager_peak_bytes
+        vs_e = f"{(1 - r.total_peak_bytes / eager_peak) * 100:8.1f}%" if eager_peak else "       -"
+        vs_g = f"{(1 - r.total_peak_bytes / gp) * 100:8.1f}%" if gp else "       -"
+        print(f"{i + 1:>4} {('%.6f' % float(le)) if le is not None else '-':>11} "
+              f"{float(loss):>11.6f} {_mib(eager_peak):>10} {_mib(gp):>10} "
+              f"{r.total_peak_bytes / MiB:>9.3f} {r.arena_used_bytes / MiB:>8.3f} "
+              f"{r.fallback_peak_bytes / MiB:>9.3f} {vs_e} {vs_g}  {r.mode}"
+              + (f" ({r.mismatch or r.reason})" if (r.mismatch or r.reason) else ""),
+              flush=True)
+        d = r.as_dict()
+        d["eager_loop_peak_bytes"] = eager_peak
+        d["eager_loop_loss"] = float(le) if le is not None else None
+        rows.append(d)
+    summary: Dict[str, Any] = {"model": args.model, "batch_size": args.batch_size,
+                               "plan_method": plan["method"], "plan_stats": st,
+                               "tp_program_order_bytes": step.tp_program, "steps": rows}
+    if args.check:
+        same = bit_identical(model, models["graph"][0])
+        rel = max_rel_diff(model, models["eager"][0]) if "eager" in models else None
+        summary["bit_identical_to_graph"] = same
+        summary["max_rel_diff_to_eager"] = rel
+        print(f"after {args.steps} steps: parameters bit-identical to the captured graph in "
+              f"program order: {'yes' if same else 'NO'}; largest relative difference to the "
+              f"eager loop: {rel:.3g}" if rel is not None else "")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,551 @@
+// See arena_allocator.h.
+#include "arena_allocator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/Device.h>
+
+namespace roam_exec {
+
+namespace {
+
+constexpr uint64_t kCountAlign = 64;  // c10's CPU allocator alignment: what a block really costs
+
+uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+std::string hex(uint64_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
+// ---- the process-wide routing allocator
+std::mutex g_mu;
+std::shared_ptr<Session> g_current;   // installed session, if any
+c10::Allocator* g_previous = nullptr;  // allocator in place before the first install
+
+class RoutingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) const override {
+    std::shared_ptr<Session> s;
+    c10::Allocator* prev = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      s = g_current;
+      prev = g_previous;
+    }
+    if (s) return s->allocate(n);
+    // Not installed (a storage served during a step and resized after it): plain allocation.
+    return (prev != nullptr ? prev : c10::GetDefaultCPUAllocator())->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override;
+};
+
+RoutingAllocator g_routing;  // never destroyed before the process ends: storages keep a pointer
+
+}  // namespace
+
+c10::Allocator* global_allocator() { return &g_routing; }
+
+namespace {
+
+// ---- live blocks by address: the deleter gets only the data pointer (c10's raw_deleter contract,
+// needed by kernels that use Allocator::raw_allocate), so blocks are found in a global registry.
+struct Entry {
+  std::shared_ptr<Session> session;  // keeps the session (and with it the arena) alive
+  bool arena = false;
+  uint64_t offset = 0;               // arena blocks
+  c10::DataPtr inner;                // fallback blocks: the previous allocator's block
+  uint64_t counted = 0;
+};
+
+std::mutex g_reg_mu;
+std::unordered_map<void*, Entry>& registry() {
+  static auto* r = new std::unordered_map<void*, Entry>();  // never destroyed (late frees)
+  return *r;
+}
+
+void release(void* p) {
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    auto it = registry().find(p);
+    if (it == registry().end()) return;  // cannot happen: every block is registered once
+    e = std::move(it->second);
+    registry().erase(it);
+  }
+  if (e.arena) {
+    e.session->free_arena_block(e.offset);
+  } else {
+    e.session->free_fallback_block(reinterpret_cast<uint64_t>(p), 0, e.counted);
+  }
+  // e.inner (fallback memory) is freed here, outside every lock
+}
+
+c10::DataPtr register_block(void* p, Entry&& e) {
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    registry()[p] = std::move(e);
+  }
+  return c10::DataPtr(p, p, &release, c10::Device(c10::DeviceType::CPU));
+}
+
+c10::DeleterFnPtr RoutingAllocator::raw_deleter() const { return &release; }
+
+}  // namespace
+
+Session::Session() = default;
+
+Session::~Session() {
+  // Every block holds a shared_ptr to the session: nothing can be live here.
+  std::free(arena_raw_);
+}
+
+void Session::configure(uint64_t arena_bytes, uint64_t alignment,
+                        std::vector<std::vector<PlannedAlloc>> schedule) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    throw std::invalid_argument("alignment must be a power of two");
+  }
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    for (const PlannedAlloc& a : schedule[k]) {
+      if (a.offset % alignment != 0) {
+        throw std::invalid_argument("planned block at step " + std::to_string(k) + " has offset " +
+                                    std::to_string(a.offset) + ", not a multiple of " +
+                                    std::to_string(alignment));
+      }
+      if (a.size == 0 || a.offset + round_up(a.size, alignment) > arena_bytes) {
+        throw std::invalid_argument("planned block at step " + std::to_string(k) + " (offset " +
+                                    std::to_string(a.offset) + ", size " + std::to_string(a.size) +
+                                    ") is empty or outside the arena of " +
+                                    std::to_string(arena_bytes) + " bytes");
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (installed_) throw std::logic_error("configure() while the session is installed");
+  if (!arena_live_.empty()) {
+    throw std::logic_error("configure() while blocks of the previous arena are still live");
+  }
+  if (arena_bytes != arena_bytes_ || arena_ == nullptr) {
+    std::free(arena_raw_);
+    arena_raw_ = nullptr;
+    arena_ = nullptr;
+    if (arena_bytes > 0) {
+      // Aligned to a page and to the plan's alignment; untouched pages cost nothing.
+      const uint64_t a = std::max<uint64_t>(alignment, 4096);
+      void* p = nullptr;
+      if (posix_memalign(&p, a, round_up(arena_bytes, a)) != 0 || p == nullptr) {
+        throw std::bad_alloc();
+      }
+      arena_raw_ = static_cast<uint8_t*>(p);
+      arena_ = arena_raw_;
+    }
+  }
+  arena_bytes_ = arena_bytes;
+  alignment_ = alignment;
+  schedule_ = std::move(schedule);
+  pending_.assign(schedule_.size(), {});
+  ranks_.assign(schedule_.size(), {});
+  for (size_t k = 0; k < schedule_.size(); ++k) {
+    pending_[k].assign(schedule_[k].size(), 1);
+    for (const PlannedAlloc& a : schedule_[k]) ranks_[k].push_back(a.rank);
+  }
+  pass_through_ = arena_bytes_ == 0 && schedule_.empty();
+}
+
+void Session::set_pass_through(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pass_through_ = on;
+}
+
+void Session::set_debug(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  debug_ = on;
+}
+
+void Session::set_record(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  record_ = on;
+}
+
+std::vector<std::tuple<int32_t, uint64_t, int64_t, int, uint64_t>> Session::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
+void Session::set_workspaces_in_arena(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  arena_workspaces_ = on;
+}
+
+bool Session::debug() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return debug_;
+}
+
+void Session::install(uint8_t priority) {
+  std::lock_guard<std::mutex> glock(g_mu);
+  if (g_current) throw std::logic_error("a roam executor session is already installed");
+  c10::Allocator* prev = c10::GetAllocator(c10::DeviceType::CPU);
+  if (prev == &g_routing) prev = g_previous != nullptr ? g_previous : c10::GetDefaultCPUAllocator();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    previous_ = prev;
+    priority_ = priority;
+    installed_ = true;
+    current_ = -1;
+    for (auto& p : pending_) std::fill(p.begin(), p.end(), 1);
+    st_ = SessionStats{};
+    st_.mode = pass_through_ ? Mode::kPassThrough : Mode::kPlanned;
+    st_.arena_bytes = pass_through_ ? 0 : arena_bytes_;
+    fallback_base_ = fallback_live_;
+    st_.total_peak = st_.arena_bytes;
+    events_.clear();
+  }
+  if (g_previous == nullptr) g_previous = prev;
+  g_current = shared_from_this();
+  c10::SetAllocator(c10::DeviceType::CPU, &g_routing, priority);
+  if (c10::GetAllocator(c10::DeviceType::CPU) != &g_routing) {
+    g_current.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    installed_ = false;
+    throw std::runtime_error("c10::SetAllocator(kCPU) was refused (a higher-priority CPU allocator "
+                             "is installed); raise the priority");
+  }
+}
+
+void Session::uninstall() {
+  std::lock_guard<std::mutex> glock(g_mu);
+  c10::Allocator* prev = nullptr;
+  uint8_t priority = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!installed_) return;
+    installed_ = false;
+    current_ = -1;
+    prev = previous_;
+    priority = priority_;
+  }
+  if (g_current.get() == this) g_current.reset();
+  c10::SetAllocator(c10::DeviceType::CPU, prev, priority);
+}
+
+bool Session::installed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return installed_;
+}
+
+void Session::begin_op(int32_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = step;
+  op_counts_.clear();
+  if (step < 0 || static_cast<size_t>(step) >= schedule_.size()) return;
+  std::fill(pending_[step].begin(), pending_[step].end(), 1);
+  for (size_t i = 0; i < schedule_[step].size(); ++i) schedule_[step][i].rank = ranks_[step][i];
+}
+
+bool Session::end_op(int32_t step, const std::vector<uint64_t>& ptrs, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = -1;
+  if (st_.mode != Mode::kPlanned) return st_.mode != Mode::kDiverged;
+  if (step < 0 || static_cast<size_t>(step) >= schedule_.size()) return true;
+  const auto& plan = schedule_[step];
+  if (ptrs.size() != plan.size()) {
+    diverge_locked(step, what + ": " + std::to_string(ptrs.size()) + " planned outputs seen, " +
+                             std::to_string(plan.size()) + " in the plan (different graph)");
+    return false;
+  }
+  const uint64_t base = reinterpret_cast<uint64_t>(arena_);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const uint64_t want = base + plan[i].offset;
+    if (ptrs[i] == want) continue;
+    std::ostringstream m;
+    m << what << ": output " << i << " (" << plan[i].size << " bytes) planned at arena offset "
+      << plan[i].offset << " but ";
+    if (ptrs[i] == 0) {
+      m << "it is missing or not a fresh storage";
+    } else if (ptrs[i] >= base && ptrs[i] < base + arena_bytes_) {
+      m << "served at arena offset " << (ptrs[i] - base) << " (allocation out of order)";
+    } else if (pending_[step][i]) {
+      m << "no allocation of that size was requested (size mismatch; it lives at " << hex(ptrs[i])
+        << ")";
+    } else {
+      m << "it lives at " << hex(ptrs[i]) << ", outside the arena";
+    }
+    diverge_locked(step, m.str());
+    return false;
+  }
+  return true;
+}
+
+void Session::diverge(int64_t step, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  diverge_locked(step, message);
+}
+
+void Session::diverge_locked(int64_t step, const std::string& message) {
+  ++st_.mismatches;
+  if (st_.first_mismatch.empty()) {
+    st_.first_mismatch = message;
+    st_.first_mismatch_step = step;
+  }
+  if (st_.mode == Mode::kPlanned) st_.mode = Mode::kDiverged;
+}
+
+SessionStats Session::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SessionStats s = st_;
+  s.fallback_live = static_cast<uint64_t>(std::max<int64_t>(0, fallback_live_ - fallback_base_));
+  return s;
+}
+
+uint64_t Session::arena_base() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reinterpret_cast<uint64_t>(arena_);
+}
+
+uint64_t Session::arena_live_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arena_live_.size();
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> Session::live_ranges() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out(debug_live_.begin(), debug_live_.end());
+  return out;
+}
+
+std::string Session::describe(uint64_t offset, const ArenaBlock& b) {
+  return std::string(b.expect < 0 ? "workspace" : "block") + " at offset " +
+         std::to_string(offset) + " (" + std::to_string(b.span) + " bytes, served at step " +
+         std::to_string(b.step) + ")";
+}
+
+bool Session::arena_range_free_locked(uint64_t offset, uint64_t span, std::string* who) const {
+  // Blocks are disjoint, so only the block starting at or before `offset` and the first one
+  // after it can overlap [offset, offset + span).
+  auto it = arena_live_.upper_bound(offset);
+  if (it != arena_live_.end() && it->first < offset + span) {
+    if (who) *who = describe(it->first, it->second);
+    return false;
+  }
+  if (it != arena_live_.begin()) {
+    --it;
+    if (it->first + it->second.span > offset) {
+      if (who) *who = describe(it->first, it->second);
+      return false;
+    }
+  }
+  return true;
+}
+
+void Session::debug_check_locked(uint64_t begin, uint64_t end) {
+  ++st_.debug_checks;
+  auto it = debug_live_.upper_bound(begin);
+  bool bad = false;
+  uint64_t ob = 0, oe = 0;
+  if (it != debug_live_.end() && it->first < end) {
+    bad = true;
+    ob = it->first;
+    oe = it->second;
+  } else if (it != debug_live_.begin()) {
+    --it;
+    if (it->second > begin) {
+      bad = true;
+      ob = it->first;
+      oe = it->second;
+    }
+  }
+  if (bad) {
+    ++st_.debug_violations;
+    if (st_.first_violation.empty()) {
+      st_.first_violation = "new block [" + hex(begin) + ", " + hex(end) + ") overlaps live block [" +
+                            hex(ob) + ", " + hex(oe) + ")";
+    }
+  }
+  debug_live_[begin] = end;
+}
+
+void Session::note_total_locked() {
+  const int64_t fb = fallback_live_ - fallback_base_;
+  const uint64_t f = fb > 0 ? static_cast<uint64_t>(fb) : 0;
+  st_.fallback_peak = std::max(st_.fallback_peak, f);
+  st_.total_peak = std::max(st_.total_peak, st_.arena_bytes + f);
+}
+
+c10::DataPtr Session::allocate(size_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (current_ < 0) ++st_.outside_ops;
+  if (n > 0 && st_.mode == Mode::kPlanned && current_ >= 0 &&
+      static_cast<size_t>(current_) < schedule_.size()) {
+    uint32_t rank = 0;
+    {
+      auto c = std::find_if(op_counts_.begin(), op_counts_.end(),
+                            [n](const auto& e) { return e.first == n; });
+      if (c == op_counts_.end()) {
+        op_counts_.emplace_back(n, 1);
+      } else {
+        rank = c->second++;
+      }
+    }
+    auto& plan = schedule_[current_];
+    auto& pend = pending_[current_];
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (!pend[i] || plan[i].size != n || plan[i].rank != rank) continue;
+      const uint64_t span = round_up(n, alignment_);
+      std::string who;
+      if (!arena_range_free_locked(plan[i].offset, span, &who)) {
+        diverge_locked(current_, "step " + std::to_string(current_) + ": planned block at offset " +
+                                     std::to_string(plan[i].offset) + " (" + std::to_string(n) +
+                                     " bytes) is still occupied by the live " + who);
+        break;  // served by the fallback heap below
+      }
+      pend[i] = 0;
+      return serve_arena_locked(plan[i].offset, span, n, static_cast<int32_t>(i), lock);
+    }
+    if (arena_workspaces_ && n >= kMinArenaWorkspace && st_.mode == Mode::kPlanned) {
+      const uint64_t span = round_up(n, alignment_);
+      const int64_t off = find_arena_gap_locked(span);
+      if (off >= 0) {
+        ++st_.arena_workspaces;
+        st_.arena_workspace_bytes += span;
+        return serve_arena_locked(static_cast<uint64_t>(off), span, n, -1, lock);
+      }
+    }
+  }
+  return allocate_fallback_locked(n, lock);
+}
+
+c10::DataPtr Session::serve_arena_locked(uint64_t offset, uint64_t span, size_t n,
+                                         int32_t expect, std::unique_lock<std::mutex>& lock) {
+  arena_live_[offset] = ArenaBlock{span, current_, expect};
+  arena_live_bytes_ += span;
+  st_.arena_live_peak = std::max(st_.arena_live_peak, arena_live_bytes_);
+  if (expect >= 0) {
+    st_.arena_high_water = std::max(st_.arena_high_water, offset + span);
+    ++st_.arena_allocs;
+  }
+  uint8_t* p = arena_ + offset;
+  if (record_) {
+    events_.emplace_back(current_, n, static_cast<int64_t>(offset), 1,
+                         reinterpret_cast<uint64_t>(p));
+  }
+  if (debug_) {
+    const uint64_t b = reinterpret_cast<uint64_t>(p);
+    debug_check_locked(b, b + span);
+  }
+  Entry e;
+  e.session = shared_from_this();
+  e.arena = true;
+  e.offset = offset;
+  lock.unlock();
+  return register_block(p, std::move(e));
+}
+
+int64_t Session::find_arena_gap_locked(uint64_t span) const {
+  // Occupied: live blocks, and the outputs of the current op that are still to come.
+  std::vector<std::pair<uint64_t, uint64_t>> reserved;  // [begin, end)
+  const auto& plan = schedule_[current_];
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (pending_[current_][i]) {
+      reserved.emplace_back(plan[i].offset, plan[i].offset + round_up(plan[i].size, alignment_));
+    }
+  }
+  std::sort(reserved.begin(), reserved.end());
+  auto r = reserved.begin();
+  auto it = arena_live_.begin();
+  uint64_t cursor = 0;
+  int64_t best = -1;
+  uint64_t best_size = UINT64_MAX;
+  auto consider = [&](uint64_t gap_end) {
+    if (gap_end > cursor && gap_end - cursor >= span && gap_end - cursor < best_size) {
+      best = static_cast<int64_t>(cursor);
+      best_size = gap_end - cursor;
+    }
+  };
+  while (it != arena_live_.end() || r != reserved.end()) {
+    uint64_t b = 0, e = 0;
+    if (r == reserved.end() || (it != arena_live_.end() && it->first <= r->first)) {
+      b = it->first;
+      e = it->first + it->second.span;
+      ++it;
+    } else {
+      b = r->first;
+      e = r->second;
+      ++r;
+    }
+    consider(b);
+    cursor = std::max(cursor, e);
+  }
+  consider(arena_bytes_);
+  return best;
+}
+
+c10::DataPtr Session::allocate_fallback_locked(size_t n, std::unique_lock<std::mutex>& lock) {
+  c10::Allocator* prev = previous_ != nullptr ? previous_ : c10::GetDefaultCPUAllocator();
+  if (n == 0) {
+    lock.unlock();
+    return prev->allocate(0);
+  }
+  lock.unlock();
+  c10::DataPtr inner = prev->allocate(n);
+  lock.lock();
+  const uint64_t counted = round_up(n, kCountAlign);
+  fallback_live_ += static_cast<int64_t>(counted);
+  ++st_.fallback_allocs;
+  void* p = inner.get();
+  if (record_) events_.emplace_back(current_, n, -1, 1, reinterpret_cast<uint64_t>(p));
+  note_total_locked();
+  if (debug_) {
+    const uint64_t b = reinterpret_cast<uint64_t>(p);
+    debug_check_locked(b, b + n);
+  }
+  Entry e;
+  e.session = shared_from_this();
+  e.inner = std::move(inner);
+  e.counted = counted;
+  lock.unlock();
+  return register_block(p, std::move(e));
+}
+
+void Session::free_arena_block(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = arena_live_.find(offset);
+  if (it == arena_live_.end()) return;  // cannot happen: every block is freed once
+  const ArenaBlock b = it->second;
+  arena_live_.erase(it);
+  arena_live_bytes_ -= b.span;
+  if (record_) {
+    events_.emplace_back(current_, b.span, static_cast<int64_t>(offset), -1,
+                         reinterpret_cast<uint64_t>(arena_) + offset);
+  }
+  debug_live_.erase(reinterpret_cast<uint64_t>(arena_) + offset);
+  // A planned block freed while its own op still runs was a workspace of the planned size:
+  // the output is still to come, so its expectation is armed again.
+  if (installed_ && st_.mode == Mode::kPlanned && current_ >= 0 && b.step == current_ &&
+      b.expect >= 0 && static_cast<size_t>(current_) < schedule_.size()) {
+    // ... at the next request of that size
+    PlannedAlloc& pa = schedule_[current_][b.expect];
+    auto c = std::find_if(op_counts_.begin(), op_counts_.end(),
+                          [&pa](const auto& e) { return e.first == pa.size; });
+    pa.rank = c == op_counts_.end() ? 0 : c->second;
+    pending_[current_][b.expect] = 1;
+    ++st_.rearmed;
+  }
+}
+
+void Session::free_fallback_block(uint64_t ptr, uint64_t /*size*/, uint64_t counted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fallback_live_ -= static_cast<int64_t>(counted);
+  if (record_) events_.emplace_back(current_, counted, -1, -1, ptr);
+  debug_live_.erase(ptr);
+}
+
+}  // namespace roam_exec

@@ -1,0 +1,91 @@
+// See planner_bridge.h.
+#include "planner_bridge.h"
+
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "roam/analysis.h"
+#include "roam/graph.h"
+#include "roam/layout.h"
+#include "roam/order.h"
+#include "roam/plan.h"
+#include "roam/validate.h"
+
+namespace roam_exec {
+
+namespace {
+
+roam::Graph parse(const std::string& text) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw roam::InputError("(python graph)", "(json)", "", e.what());
+  }
+  return roam::parse_graph(doc, "(python graph)");
+}
+
+}  // namespace
+
+std::string plan_json(const std::string& graph_json, const PlanCall& call) {
+  const roam::Graph g = parse(graph_json);
+  roam::PlanRequest req;
+  req.order = call.order;
+  req.layout = call.layout;
+  req.options.alignment = call.alignment;
+  req.options.threads = call.threads;
+  req.options.time_limit_seconds = call.time_limit_seconds;
+  const uint64_t lb = roam::lower_bound(g, call.alignment);
+  const roam::PlanResult r = roam::make_plan(g, req, lb);
+  nlohmann::json doc = roam::plan_to_json(g, r.plan);
+  const roam::ValidationReport rep = roam::validate_plan(g, doc, "(generated plan)");
+  if (!rep.valid) {
+    throw std::logic_error("the " + r.plan.order_method + "/" + r.plan.layout_method +
+                           " plan fails validation: " +
+                           (rep.problems.empty() ? std::string("?") : rep.problems.front()));
+  }
+  return doc.dump();
+}
+
+std::string validate_json(const std::string& graph_json, const std::string& plan_text) {
+  const roam::Graph g = parse(graph_json);
+  nlohmann::json plan;
+  try {
+    plan = nlohmann::json::parse(plan_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw roam::InputError("(python plan)", "(json)", "", e.what());
+  }
+  const roam::ValidationReport rep = roam::validate_plan(g, plan, "(python plan)");
+  const roam::PlanStats& s = rep.recomputed;
+  nlohmann::json out = {
+      {"valid", rep.valid},
+      {"problems", rep.problems},
+      {"recomputed",
+       {{"resident_bytes", s.resident_bytes},
+        {"theoretical_peak_bytes", s.theoretical_peak_bytes},
+        {"arena_bytes", s.arena_bytes},
+        {"peak_bytes", s.peak_bytes},
+        {"lower_bound_bytes", s.lower_bound_bytes},
+        {"fragmentation", s.fragmentation}}}};
+  return out.dump();
+}
+
+uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<std::string>& order,
+                               uint64_t alignment) {
+  const roam::Graph g = parse(graph_json);
+  roam::Order o;
+  o.reserve(order.size());
+  for (const std::string& id : order) {
+    auto it = g.op_index.find(id);
+    if (it == g.op_index.end()) throw std::invalid_argument("unknown op id " + id);
+    o.push_back(it->second);
+  }
+  if (!roam::is_topological(g, o)) throw std::invalid_argument("order is not a valid order");
+  return roam::theoretical_peak(g, o, alignment);
+}
+
+std::vector<std::string> order_method_names() { return roam::order_methods(); }
+std::vector<std::string> layout_method_names() { return roam::layout_methods(); }
+
+}  // namespace roam_exec

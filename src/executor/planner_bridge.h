@@ -1,0 +1,37 @@
+// libroam for the Python executor: graphs and plans cross the boundary as roam-graph v1 /
+// roam-plan v1 JSON text (GRAPH_FORMAT.md), so this file is the only one that sees the library's
+// types. No pybind11 here (module.cpp binds these functions).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace roam_exec {
+
+struct PlanCall {
+  std::string order = "auto";
+  std::string layout = "auto";
+  uint64_t alignment = 64;
+  int threads = 1;
+  double time_limit_seconds = 60;
+};
+
+/// Plans `graph_json` (roam-graph v1 text) with make_plan and returns the roam-plan v1 text, after
+/// checking it with the independent validator (throws std::logic_error if it fails: a planner bug).
+/// Throws roam::InputError (std::runtime_error) for a bad graph and std::invalid_argument for an
+/// unknown method.
+std::string plan_json(const std::string& graph_json, const PlanCall& call);
+
+/// Validates `plan_json` against `graph_json`; returns {"valid": bool, "problems": [...],
+/// "recomputed": {stats}} as JSON text. Throws roam::InputError for unreadable input.
+std::string validate_json(const std::string& graph_json, const std::string& plan_json);
+
+/// Theoretical peak of an order given as op ids (bytes, sizes rounded to `alignment`).
+uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<std::string>& order,
+                               uint64_t alignment);
+
+std::vector<std::string> order_method_names();
+std::vector<std::string> layout_method_names();
+
+}  // namespace roam_exec
