@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "roam/order.h"
+#include "lescea_pick.h"
 #include "roam/roam_order.h"
 
 namespace roam {
@@ -86,23 +87,7 @@ Order order_program(const Graph& g) { return g.program_order(); }
 
 Order order_lescea(const Graph& g, uint64_t alignment) {
   return list_schedule(g, alignment, [](const MemorySim& sim) {
-    // Prefer an op that keeps the running peak and leaves the least live memory; otherwise the
-    // op with the smallest new step peak. ready() is in program order: the first best wins.
-    const auto& ready = sim.ready();
-    size_t keep = ready.size(), grow = 0;
-    uint64_t keep_after = std::numeric_limits<uint64_t>::max();
-    uint64_t grow_peak = std::numeric_limits<uint64_t>::max();
-    for (size_t i = 0; i < ready.size(); ++i) {
-      const uint64_t peak = sim.step_peak(ready[i]);
-      if (peak <= sim.running_peak()) {
-        const uint64_t after = sim.after(ready[i]);
-        if (after < keep_after) { keep_after = after; keep = i; }
-      } else if (peak < grow_peak) {
-        grow_peak = peak;
-        grow = i;
-      }
-    }
-    return keep != ready.size() ? keep : grow;
+    return order_internal::lescea_pick(sim, sim.running_peak());
   });
 }
 

@@ -7,6 +7,7 @@
 //   step(S, v) = mem(S) + bytes born at v,   mem(S + v) = step(S, v) - bytes whose last user is v.
 // The segment's peak is max over its steps of step + constant.
 #include "roam_segment.h"
+#include "lescea_pick.h"
 
 #include <algorithm>
 #include <array>
@@ -116,24 +117,7 @@ std::vector<int32_t> schedule_lescea(const SegmentProblem& p) {
   std::vector<int32_t> order;
   order.reserve(p.k);
   while (!sim.ready().empty()) {
-    const auto& ready = sim.ready();
-    size_t keep = ready.size(), grow = 0;
-    uint64_t keep_after = std::numeric_limits<uint64_t>::max();
-    uint64_t grow_peak = std::numeric_limits<uint64_t>::max();
-    for (size_t i = 0; i < ready.size(); ++i) {
-      const uint64_t peak = sim.step_peak(ready[i]);
-      if (peak <= sim.peak()) {
-        const uint64_t after = sim.after(ready[i]);
-        if (after < keep_after) {
-          keep_after = after;
-          keep = i;
-        }
-      } else if (peak < grow_peak) {
-        grow_peak = peak;
-        grow = i;
-      }
-    }
-    order.push_back(sim.run(keep != ready.size() ? keep : grow));
+    order.push_back(sim.run(order_internal::lescea_pick(sim, sim.peak())));
   }
   return order;
 }
