@@ -22,10 +22,13 @@ std::vector<std::string> ids(const Graph& g, const std::vector<roam::OpIdx>& ops
   return out;
 }
 
+// roam's own pipeline runs even where a baseline is already optimal (these tests check the
+// pipeline; BaselineShortcut checks the shortcut).
 roam::PlanOptions options(uint64_t alignment, int threads = 1) {
   roam::PlanOptions o;
   o.alignment = alignment;
   o.threads = threads;
+  o.extra = {{"baseline_shortcut", false}};
   return o;
 }
 
@@ -380,7 +383,8 @@ TEST(RoamOrder, ExactOnSmallRandomGraphs) {
 // Tp exactly (every variant's predicted Tp is its real Tp when no op is placed first or last).
 TEST(RoamOrder, NeverWorseThanBaselinesOnRandomGraphs) {
   roam::PlanOptions opt = options(64);
-  opt.extra = {{"exact_state_limit", 5000}, {"local_search_swaps", 20000}};
+  opt.extra["exact_state_limit"] = 5000;
+  opt.extra["local_search_swaps"] = 20000;
   int checked = 0;
   for (uint64_t seed = 1000; seed < 1300; ++seed) {
     const int n = 10 + static_cast<int>(seed % 71);  // 10..80 ops
@@ -424,7 +428,10 @@ TEST(RoamOrder, DeterministicAcrossThreads) {
   for (uint64_t seed = 7; seed < 27; ++seed) {
     const Graph g = roam::parse_graph(roamtest::random_graph_json(seed, small_options(150)), "r");
     roam::PlanOptions one = options(64, 1), two = options(64, 2);
-    one.extra = two.extra = {{"exact_state_limit", 20000}, {"local_search_swaps", 50000}};
+    for (auto* o : {&one, &two}) {
+      o->extra["exact_state_limit"] = 20000;
+      o->extra["local_search_swaps"] = 50000;
+    }
     roam::RoamOrderStats s1, s2;
     const Order o1 = roam::order_roam(g, one, &s1);
     const Order o2 = roam::order_roam(g, two, &s2);
@@ -438,18 +445,39 @@ TEST(RoamOrder, DeterministicAcrossThreads) {
 TEST(RoamOrder, AblationSwitches) {
   const Graph g = update_graph().parse();
   roam::PlanOptions opt = options(1);
-  opt.extra = {{"weight_update_scheduler", false}};
+  opt.extra["weight_update_scheduler"] = false;
   roam::RoamOrderStats st;
   const Order o = roam::order_roam(g, opt, &st);
   EXPECT_FALSE(st.variants.contains("roam-scheduled"));
   EXPECT_EQ(st.variants["roam-latest"]["tp"].get<uint64_t>(), 3530u);  // program placement
   // The exact free variant (no artificial edges) still finds the optimum on this small graph.
   EXPECT_EQ(roam::theoretical_peak(g, o, 1), 2410u);
-  opt.extra = {{"weight_update_scheduler", false}, {"exact_segments", false}};
+  opt.extra["exact_segments"] = false;
   const Order o2 = roam::order_roam(g, opt, &st);
   EXPECT_FALSE(st.variants.contains("roam-free"));
   EXPECT_EQ(st.states, 0);
   EXPECT_TRUE(roam::is_topological(g, o2));
+}
+
+// A baseline that reaches the cut lower bound is optimal: roam returns it without searching.
+// chain.json has one valid order, so every baseline reaches the bound (its Tp, 600 at step n2:
+// see tests/test_fixtures.cpp); the first of them, program, is returned.
+TEST(RoamOrder, BaselineShortcut) {
+  const Graph g = roamtest::load_fixture("chain.json");
+  roam::PlanOptions opt;
+  opt.alignment = 1;
+  roam::RoamOrderStats st;
+  const Order o = roam::order_roam(g, opt, &st);
+  EXPECT_EQ(st.lower_bound, 600u);
+  EXPECT_EQ(st.winner, "program");
+  EXPECT_EQ(o, g.program_order());
+  EXPECT_EQ(st.tp, 600u);
+  EXPECT_TRUE(st.variants.empty());  // no roam candidate was run
+  EXPECT_EQ(st.states, 0);
+  opt.extra = {{"baseline_shortcut", false}};
+  roam::order_roam(g, opt, &st);
+  EXPECT_FALSE(st.variants.empty());
+  EXPECT_EQ(st.tp, 600u);
 }
 
 }  // namespace

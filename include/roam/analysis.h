@@ -57,14 +57,34 @@ std::vector<OpIdx> key_points_quadratic(const Graph& g);
 enum class StorageKind : uint8_t { kActivation, kTemporary };
 std::vector<StorageKind> storage_kinds(const Graph& g);
 
-/// Lower bound on Tp over all valid orders (bytes, sizes rounded to `alignment`): for each op v,
-/// the storages that are live at v in every order (v's own inputs and outputs, every storage
-/// produced by an ancestor of v and used by a descendant of v or kept as a graph output); the
-/// maximum over v. O((E + sum of users) * V / 64) time; memory O(V * 8192 / 8) bytes (ops are
-/// processed in blocks of 8192).
-uint64_t lower_bound(const Graph& g, uint64_t alignment);
-
-/// The same bound per op (bytes that are live at op v in every valid order).
+/// Must-live bytes per op (sizes rounded to `alignment`): the storages that are live at op v in
+/// every order -- v's own inputs and outputs, and every storage produced by an ancestor of v and
+/// used by a descendant of v or kept as a graph output. O((E + sum of users) * V / 64) time;
+/// memory O(V * 8192 / 8) bytes (ops are processed in blocks of 8192). Every value is <=
+/// min_live_at_op of the same op.
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment);
+
+/// The fewest bytes (sizes rounded to `alignment`) that any valid order holds live at op v's
+/// step. Exact: with D the ops run by v's step (a set closed under predecessors that holds v and
+/// its ancestors and none of its descendants), the live storages are v's own plus those born in
+/// D with a use outside D; minimising their total over D is a minimum s-t cut (a closure
+/// problem, Picard 1976), solved with Boost.Graph's Boykov-Kolmogorov max flow on the ops
+/// incomparable to v. Beyond the must-live bytes it counts, e.g., a forward activation whose
+/// backward users (sigmoid(x) of a SiLU backward) do not depend on v: either the activation or
+/// what is computed from it is live at v. O(V + E + sum of users) to build, plus the max flow.
+/// Throws std::invalid_argument when v is out of range.
+uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment);
+
+/// Lower bound on Tp over all valid orders (bytes, sizes rounded to `alignment`):
+/// max over ops v of min_live_at_op(v) (roam's cut bound, tighter than the must-live bound of
+/// lower_bound_per_op). Tp(order) >= live bytes at any op's step >= min_live_at_op of that op.
+/// The cuts are computed only where they can raise the maximum: an op is skipped when the bytes
+/// live at its step in the program order or in `hint` (any valid order; optional) are already
+/// <= the best bound so far. The value does not depend on `hint`, only the time does (a hint
+/// with Tp equal to the must-live bound computes no cut).
+uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint = nullptr);
+
+/// Live bytes at every op's step under `order` (indexed by op, not by step).
+std::vector<uint64_t> live_bytes_at_ops(const Graph& g, const Order& order, uint64_t alignment);
 
 }  // namespace roam

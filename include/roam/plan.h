@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,10 +60,13 @@ struct PlanResult {
   uint64_t reserved_bytes = 0;          // see Layout::reserved_bytes
 };
 
-/// Orders, lays out and fills the stats (solve_seconds = order + layout wall time, seconds).
-/// `lower_bound_bytes` is computed by the caller (lower_bound(g, options.alignment)) so that it can be
-/// shared across requests. Throws std::invalid_argument for an unknown method name.
-PlanResult make_plan(const Graph& g, const PlanRequest& request, uint64_t lower_bound_bytes);
+/// Orders, lays out and fills the stats (solve_seconds = order + layout wall time, seconds;
+/// the lower bound's time is not in it). `lower_bound_bytes`: lower_bound(g, alignment) when the
+/// caller shares one across requests; when absent it is computed with the plan's order as the
+/// hint (the same value, usually faster). Throws std::invalid_argument for an unknown method.
+PlanResult make_plan(const Graph& g, const PlanRequest& request,
+                     std::optional<uint64_t> lower_bound_bytes);
+PlanResult make_plan(const Graph& g, const PlanRequest& request);
 
 /// The same with the order already computed (by `request.order`, in `order_seconds`): lays it
 /// out with `request.layout` and fills the stats. `roam compare` uses it to order once per

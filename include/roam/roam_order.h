@@ -47,6 +47,8 @@
 //     if that does not finish within `exact_state_limit` states, local search (sliding single
 //     ops through adjacent swaps, objective (peak, steps at peak, sum of live bytes)) for at
 //     most `local_search_swaps` swaps. Segments run on options.threads std::threads.
+//     Every segment search stops as soon as it reaches the global lower bound (no segment
+//     needs to go below it).
 //  4. Candidates: the scheduled placement, and (unless disabled) all units at their earliest
 //     and at their latest gap, and no artificial edges at all when every segment is then small
 //     enough for the exact search (this one is exact: pinning loses nothing). The best by Tp is
@@ -61,7 +63,10 @@
 //
 // options.extra keys (all optional): weight_update_scheduler (bool, default true; false places
 // every unit at its latest gap, i.e. where the program runs it, chained in program order),
-// exact_segments (bool, true), try_variants (bool, true), delay_radius (int, 8), alpha (number,
+// exact_segments (bool, true), try_variants (bool, true), baseline_shortcut (bool, true: when
+// a baseline's Tp already equals roam::lower_bound -- the cut bound, computed first with the
+// best baseline as its hint -- that baseline is optimal and is returned without searching;
+// false runs roam's own candidates anyway, for tests and ablations), delay_radius (int, 8), alpha (number,
 // default from meta.optimizer), exact_node_limit (int, 192, at most 256), exact_state_limit
 // (int, 200000), local_search_swaps (int, 1000000), return_variant (string, diagnostics: return
 // that candidate as is, e.g. "roam-scheduled", skipping the comparison with the baselines).
@@ -113,6 +118,7 @@ struct RoamOrderStats {
   std::string winner;  // "roam-scheduled", "roam-earliest", "roam-latest",
                        // "roam-free" or a baseline name
   uint64_t tp = 0;     // Tp of the returned order
+  uint64_t lower_bound = 0;  // roam::lower_bound (the cut bound): Tp of any order is >= it
   nlohmann::json baselines = nlohmann::json::object();  // name -> Tp
   nlohmann::json variants = nlohmann::json::object();   // variant -> {tp, predicted_tp, ...}
   int32_t pinned_sources = 0;

@@ -175,9 +175,4 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
   return must_live;
 }
 
-uint64_t lower_bound(const Graph& g, uint64_t alignment) {
-  const auto per_op = lower_bound_per_op(g, alignment);
-  return per_op.empty() ? 0 : *std::max_element(per_op.begin(), per_op.end());
-}
-
 }  // namespace roam

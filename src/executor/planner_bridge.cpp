@@ -36,8 +36,7 @@ std::string plan_json(const std::string& graph_json, const PlanCall& call) {
   req.options.alignment = call.alignment;
   req.options.threads = call.threads;
   req.options.time_limit_seconds = call.time_limit_seconds;
-  const uint64_t lb = roam::lower_bound(g, call.alignment);
-  const roam::PlanResult r = roam::make_plan(g, req, lb);
+  const roam::PlanResult r = roam::make_plan(g, req);
   nlohmann::json doc = roam::plan_to_json(g, r.plan);
   const roam::ValidationReport rep = roam::validate_plan(g, doc, "(generated plan)");
   if (!rep.valid) {

@@ -41,6 +41,7 @@ struct Settings {
   bool wus = true;
   bool exact = true;
   bool variants = true;
+  bool shortcut = true;  // return a baseline at once when it reaches the lower bound
   int32_t delay_radius = 8;
   double alpha = -1;  // < 0: from meta.optimizer
   int threads = 1;
@@ -59,6 +60,7 @@ Settings read_settings(const PlanOptions& o, Clock::time_point start) {
   s.wus = get_bool("weight_update_scheduler", true);
   s.exact = get_bool("exact_segments", true);
   s.variants = get_bool("try_variants", true);
+  s.shortcut = get_bool("baseline_shortcut", true);
   s.delay_radius = static_cast<int32_t>(std::max<int64_t>(0, get_int("delay_radius", 8)));
   if (e.is_object() && e.contains("alpha") && e["alpha"].is_number())
     s.alpha = e["alpha"].get<double>();
@@ -1054,11 +1056,11 @@ Order assemble(const Graph& g, const Prep& p, const std::vector<OpIdx>& rorder) 
 VariantResult solve_variant(const Graph& g, const Prep& p, const Blocks& b,
                             const Settings& settings,
                             const std::vector<std::vector<int32_t>>& baseline_pos,
-                            uint64_t alignment, bool exact_only) {
+                            uint64_t alignment, bool exact_only, uint64_t global_lower_bound) {
   VariantResult r;
   std::vector<SegmentProblem> probs = make_problems(p, b);
   const int32_t B = b.count();
-  uint64_t target = 0;
+  uint64_t target = global_lower_bound;  // no segment needs to go below it
   for (int32_t k = 0; k < B; ++k) {
     target = std::max(target, detail::segment_lower_bound(probs[k]));
     if (b.is_key[k])
@@ -1156,6 +1158,7 @@ std::vector<int32_t> placement(const Prep& p, GroupPlacement mode, const Setting
 nlohmann::json RoamOrderStats::to_json() const {
   return {{"winner", winner},
           {"tp", tp},
+          {"lower_bound", lower_bound},
           {"baselines", baselines},
           {"variants", variants},
           {"pinned_sources", pinned_sources},
@@ -1209,9 +1212,25 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
   baselines.push_back({"bfs", order_bfs(g)});
   baselines.push_back({"dfs", order_dfs(g, alignment)});
   std::vector<std::vector<int32_t>> baseline_pos;
-  for (const auto& [name, o] : baselines) {
-    stats.baselines[name] = theoretical_peak(g, o, alignment);
-    baseline_pos.push_back(steps_of(g, o));
+  size_t best_baseline = 0;
+  for (size_t i = 0; i < baselines.size(); ++i) {
+    const uint64_t tp = theoretical_peak(g, baselines[i].second, alignment);
+    stats.baselines[baselines[i].first] = tp;
+    baseline_pos.push_back(steps_of(g, baselines[i].second));
+    if (tp < stats.baselines[baselines[best_baseline].first].get<uint64_t>()) best_baseline = i;
+  }
+  // The cut lower bound: the searches stop where they reach it, and a baseline that reaches it
+  // is optimal already (unless a roam candidate is asked for by name).
+  stats.lower_bound = lower_bound(g, alignment, &baselines[best_baseline].second);
+  const bool wants_variant = options.extra.is_object() && options.extra.contains("return_variant");
+  if (settings.shortcut && !wants_variant &&
+      stats.baselines[baselines[best_baseline].first].get<uint64_t>() <= stats.lower_bound) {
+    stats.winner = baselines[best_baseline].first;
+    stats.tp = stats.baselines[stats.winner].get<uint64_t>();
+    stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    Order result = baselines[best_baseline].second;
+    if (stats_out) *stats_out = std::move(stats);
+    return result;
   }
 
   const Prep p = prepare(g, settings, alignment);
@@ -1226,7 +1245,7 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
   auto run = [&](const std::string& name, GroupPlacement mode, bool by_extra) {
     const std::vector<int32_t> gap = placement(p, mode, settings);
     const Blocks b = make_blocks(g, p, placement_edges(p, gap, by_extra));
-    cands.push_back({name, solve_variant(g, p, b, settings, baseline_pos, alignment, false)});
+    cands.push_back({name, solve_variant(g, p, b, settings, baseline_pos, alignment, false, stats.lower_bound)});
   };
   if (settings.wus) {
     run("roam-scheduled", GroupPlacement::kScheduled, true);
@@ -1246,7 +1265,7 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
     }
     if (small)
       cands.push_back(
-          {"roam-free", solve_variant(g, p, b, settings, baseline_pos, alignment, true)});
+          {"roam-free", solve_variant(g, p, b, settings, baseline_pos, alignment, true, stats.lower_bound)});
   }
 
   size_t best = 0;

@@ -60,7 +60,11 @@ Layout choose_layout(const Graph& g, const Liveness& live, const std::string& me
 
 }  // namespace
 
-PlanResult make_plan(const Graph& g, const PlanRequest& req, uint64_t lower_bound_bytes) {
+PlanResult make_plan(const Graph& g, const PlanRequest& req) {
+  return make_plan(g, req, std::nullopt);
+}
+
+PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint64_t> lower_bound_bytes) {
   const auto start = std::chrono::steady_clock::now();
   std::string order_method;
   Order order = choose_order(g, req.order, req.options, order_method);
@@ -68,8 +72,10 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, uint64_t lower_boun
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   PlanRequest with_order = req;
   with_order.order = order_method;
-  PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order,
-                                     lower_bound_bytes);
+  // The order is the hint that lets the cut bound skip most ops (it does not change the value).
+  const uint64_t lb = lower_bound_bytes ? *lower_bound_bytes
+                                        : lower_bound(g, req.options.alignment, &order);
+  PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
   if (req.order == "auto" || req.layout == "auto") {
     r.plan.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
   }

@@ -115,6 +115,8 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     }
   }
 
+  const bool order_respects_dependencies = rep.valid;
+
   // Offsets: exactly one per storage, aligned.
   std::vector<uint64_t> offsets(g.storages.size(), 0);
   std::vector<char> has(g.storages.size(), 0);
@@ -188,7 +190,9 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   st.theoretical_peak_bytes = tp;
   st.arena_bytes = arena;
   st.peak_bytes = g.resident_bytes + arena;
-  st.lower_bound_bytes = lower_bound(g, alignment);
+  // The plan's order speeds the cut bound up only when it is a valid order (any hint gives the
+  // same value).
+  st.lower_bound_bytes = lower_bound(g, alignment, order_respects_dependencies ? &order : nullptr);
   st.fragmentation = tp == 0 ? 0.0 : static_cast<double>(arena) / static_cast<double>(tp) - 1.0;
   st.solve_seconds = jstats["solve_seconds"].get<double>();
   if (st.solve_seconds < 0) problem("stats.solve_seconds: negative");

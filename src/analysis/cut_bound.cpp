@@ -1,0 +1,194 @@
+// The cut lower bound on Tp: for each op v, the fewest bytes that any valid order holds at v's
+// step, as a minimum s-t cut; the bound is the maximum over v. See include/roam/analysis.h.
+
+// Boost.Graph's edge iterators trip GCC 12's -Wmaybe-uninitialized (false positive on
+// boost::optional inside adj_list_edge_iterator) where they are instantiated, i.e. in this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/boykov_kolmogorov_max_flow.hpp>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "roam/analysis.h"
+
+namespace roam {
+namespace {
+
+// A flow network rebuilt for every op whose cut is computed (Boost.Graph's Boykov-Kolmogorov
+// max flow needs a reverse edge for every edge).
+using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
+using FlowGraph = boost::adjacency_list<
+    boost::vecS, boost::vecS, boost::directedS,
+    boost::property<boost::vertex_color_t, boost::default_color_type,
+                    boost::property<boost::vertex_distance_t, int64_t,
+                                    boost::property<boost::vertex_predecessor_t, Traits::edge_descriptor>>>,
+    boost::property<boost::edge_capacity_t, int64_t,
+                    boost::property<boost::edge_residual_capacity_t, int64_t,
+                                    boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
+
+// Capacities above this are "infinite"; a cut whose finite part could reach it is not computed
+// (the must-live bytes are returned instead, still a valid bound).
+constexpr int64_t kInfinite = int64_t{1} << 62;
+
+class CutBound {
+ public:
+  CutBound(const Graph& g, uint64_t alignment)
+      : g_(g), alignment_(alignment), cls_(g.num_ops(), kIncomparable), node_(g.num_ops(), -1) {}
+
+  /// min over valid orders of the bytes live at v's step.
+  uint64_t min_live(OpIdx v) {
+    classify(v);
+    FlowGraph net(2);  // 0 = source (ops run by v's step), 1 = sink (ops run after it)
+    auto cap = boost::get(boost::edge_capacity, net);
+    auto rev = boost::get(boost::edge_reverse, net);
+    auto add = [&](int64_t a, int64_t b, int64_t c) {
+      const auto e = boost::add_edge(a, b, net).first;
+      const auto r = boost::add_edge(b, a, net).first;
+      cap[e] = c;
+      cap[r] = 0;
+      rev[e] = r;
+      rev[r] = e;
+    };
+    auto node_of = [&](OpIdx x) -> int64_t {
+      if (cls_[x] == kBefore) return 0;
+      if (cls_[x] == kAfter) return 1;
+      if (node_[x] < 0) node_[x] = static_cast<int32_t>(boost::add_vertex(net));
+      return node_[x];
+    };
+
+    uint64_t sure = 0;      // live at v in every order
+    uint64_t variable = 0;  // sum of the sizes that go into the network
+    std::vector<int64_t> heads;
+    for (const Storage& st : g_.storages) {
+      const uint64_t size = align_up(st.size, alignment_);
+      if (size == 0 || cls_[st.producer] == kAfter) continue;
+      if (std::binary_search(st.users.begin(), st.users.end(), v)) {
+        sure += size;
+        continue;
+      }
+      heads.clear();
+      bool to_sink = st.graph_output;
+      for (OpIdx u : st.users) {
+        if (u == st.producer || cls_[u] == kBefore) continue;  // run by v's step in every order
+        if (cls_[u] == kAfter) {
+          to_sink = true;
+        } else {
+          heads.push_back(node_of(u));
+        }
+      }
+      if (cls_[st.producer] == kBefore && to_sink) {
+        sure += size;
+        continue;
+      }
+      if (to_sink) heads.push_back(1);
+      if (heads.empty()) continue;  // every use is done by v's step: never live at v
+      variable += size;
+      // Cut cost `size` when the producer runs by v's step and some user after it.
+      const int64_t tail = node_of(st.producer);
+      if (heads.size() == 1) {
+        add(tail, heads[0], static_cast<int64_t>(size));
+      } else {
+        const auto hub = static_cast<int64_t>(boost::add_vertex(net));
+        add(tail, hub, static_cast<int64_t>(size));
+        for (int64_t h : heads) add(hub, h, kInfinite);
+      }
+    }
+    uint64_t result = sure;
+    if (variable > 0 && variable < static_cast<uint64_t>(kInfinite)) {
+      // An op of the cut's source side needs its predecessors there too (a prefix of an order).
+      for (OpIdx x : incomparable_) {
+        for (OpIdx p : g_.preds[x]) {
+          if (cls_[p] == kIncomparable) add(node_of(x), node_of(p), kInfinite);
+        }
+      }
+      result += static_cast<uint64_t>(boost::boykov_kolmogorov_max_flow(net, 0, 1));
+    }
+    for (OpIdx x : incomparable_) node_[x] = -1;
+    return result;
+  }
+
+ private:
+  enum Class : uint8_t { kIncomparable, kBefore, kAfter };
+
+  // Ancestors of v and v itself: kBefore; descendants: kAfter; the rest: incomparable_.
+  void classify(OpIdx v) {
+    std::fill(cls_.begin(), cls_.end(), kIncomparable);
+    std::vector<OpIdx> stack{v};
+    cls_[v] = kBefore;
+    while (!stack.empty()) {
+      const OpIdx x = stack.back();
+      stack.pop_back();
+      for (OpIdx p : g_.preds[x]) {
+        if (cls_[p] == kIncomparable) {
+          cls_[p] = kBefore;
+          stack.push_back(p);
+        }
+      }
+    }
+    stack.push_back(v);
+    while (!stack.empty()) {
+      const OpIdx x = stack.back();
+      stack.pop_back();
+      for (OpIdx s : g_.succs[x]) {
+        if (cls_[s] == kIncomparable) {
+          cls_[s] = kAfter;
+          stack.push_back(s);
+        }
+      }
+    }
+    incomparable_.clear();
+    for (OpIdx x = 0; x < g_.num_ops(); ++x) {
+      if (cls_[x] == kIncomparable) incomparable_.push_back(x);
+    }
+  }
+
+  const Graph& g_;
+  uint64_t alignment_;
+  std::vector<uint8_t> cls_;
+  std::vector<int32_t> node_;
+  std::vector<OpIdx> incomparable_;
+};
+
+}  // namespace
+
+uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment) {
+  if (v < 0 || v >= g.num_ops()) throw std::invalid_argument("min_live_at_op: op index out of range");
+  return CutBound(g, alignment).min_live(v);
+}
+
+uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
+  const int32_t n = g.num_ops();
+  if (n == 0) return 0;
+  const auto must = lower_bound_per_op(g, alignment);
+  uint64_t best = *std::max_element(must.begin(), must.end());
+  // ub[v]: bytes live at v's step in a concrete order, an upper bound on min_live(v).
+  std::vector<uint64_t> ub = live_bytes_at_ops(g, g.program_order(), alignment);
+  if (hint != nullptr) {
+    const auto h = live_bytes_at_ops(g, *hint, alignment);
+    for (OpIdx v = 0; v < n; ++v) ub[v] = std::min(ub[v], h[v]);
+  }
+  std::vector<OpIdx> todo;
+  for (OpIdx v = 0; v < n; ++v) {
+    if (ub[v] > best && ub[v] > must[v]) todo.push_back(v);
+  }
+  std::sort(todo.begin(), todo.end(), [&](OpIdx a, OpIdx b) { return ub[a] != ub[b] ? ub[a] > ub[b] : a < b; });
+  CutBound cut(g, alignment);
+  for (OpIdx v : todo) {
+    if (ub[v] <= best) break;  // min_live(v) <= ub[v] <= best: the maximum cannot change
+    best = std::max(best, cut.min_live(v));
+  }
+  return best;
+}
+
+std::vector<uint64_t> live_bytes_at_ops(const Graph& g, const Order& order, uint64_t alignment) {
+  const auto per_step = live_bytes_per_step(g, compute_liveness(g, order), alignment);
+  std::vector<uint64_t> per_op(per_step.size());
+  for (size_t t = 0; t < order.size(); ++t) per_op[order[t]] = per_step[t];
+  return per_op;
+}
+
+}  // namespace roam
