@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <zlib.h>
 
+#include "roam/options.h"
 #include "testing.h"
 
 namespace {
@@ -440,6 +441,40 @@ TEST(Cli, BadGraphExits2WithOneLineAndNoOutput) {
   EXPECT_EQ(run_roam(dir, "plan '" + good + "' --layout nonsense -o '" + plan + "'").exit_code, 2);
   EXPECT_EQ(run_roam(dir, "plan '" + good + "' --alignment 3 -o '" + plan + "'").exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(plan));
+}
+
+// The roam planners' knobs: typed, range-checked, recorded in the plan; a bad one exits 2
+// naming the option and key, and writes nothing.
+TEST(Cli, PlannerKnobs) {
+  EXPECT_EQ(roam::parse_extra_option("weight_update_scheduler=false", "order"),
+            (std::pair<std::string, json>{"weight_update_scheduler", false}));
+  EXPECT_EQ(roam::parse_extra_option("delay_radius=3", "order").second, 3);
+  EXPECT_EQ(roam::parse_extra_option("alpha=2.5", "order").second, 2.5);
+  EXPECT_EQ(roam::parse_extra_option("node_limit=64", "layout").second, 64);
+  for (const char* bad : {"delay_radius", "=3", "delay_radius=x", "delay_radius=3.5",
+                          "delay_radius=-1", "exact_node_limit=257", "alpha=nan",
+                          "node_limit=8", "nonsense=1", "exact_segments=1"}) {
+    EXPECT_THROW(roam::parse_extra_option(bad, "order"), std::invalid_argument) << bad;
+  }
+  EXPECT_THROW(roam::parse_extra_option("node_limit=1", "layout"), std::invalid_argument);
+
+  roamtest::TempDir dir;
+  const std::string graph = dir.file("g.json"), plan = dir.file("p.json");
+  roamtest::write_text(graph, base().doc.dump());
+  RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "' --order-option exact_node_limit=0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--order-option exact_node_limit"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(plan));
+  r = run_roam(dir, "compare '" + graph + "' --node-limit 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("node_limit"), std::string::npos) << r.err;
+  r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
+                        "' --order roam --order-option weight_update_scheduler=false --node-limit 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(roamtest::read_text(plan));
+  EXPECT_EQ(doc["method"]["options"]["extra"],
+            json({{"weight_update_scheduler", false}, {"node_limit", 16}}));
+  EXPECT_EQ(doc["method"]["options"]["order_stats"]["tp"], doc["stats"]["theoretical_peak_bytes"]);
 }
 
 TEST(Cli, PlanRoundTripsThroughValidate) {

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,5 +17,24 @@ struct PlanOptions {
   double time_limit_seconds = 60;   // total wall-clock budget of the roam planners, seconds
   nlohmann::json extra = nlohmann::json::object();  // method-specific knobs, recorded in the plan
 };
+
+/// The knobs of the roam planners that `extra` may hold, with their types and ranges
+/// (include/roam/roam_order.h and include/roam/roam_layout.h say what each does).
+/// kind: "order" or "layout".
+struct ExtraOptionSpec {
+  const char* key;
+  const char* kind;
+  const char* type;  // "bool", "int", "number" or "string"
+  double min;        // inclusive range for int and number
+  double max;
+  const char* help;
+};
+const std::vector<ExtraOptionSpec>& extra_option_specs();
+
+/// Parses "KEY=VALUE" for `kind` ("order" or "layout"): VALUE becomes the spec's type (true /
+/// false, an integer, a number or a string) and is range-checked. Throws std::invalid_argument
+/// naming the key (unknown key, wrong kind, bad value, out of range).
+std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& assignment,
+                                                          const std::string& kind);
 
 }  // namespace roam

@@ -16,6 +16,7 @@
 #include "roam/analysis.h"
 #include "roam/graph.h"
 #include "roam/layout.h"
+#include "roam/options.h"
 #include "roam/order.h"
 #include "roam/plan.h"
 #include "roam/validate.h"
@@ -99,6 +100,45 @@ void check_method(const std::string& option, const std::string& name,
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// --order-option / --layout-option KEY=VALUE (repeatable) and --node-limit: the roam planners'
+/// knobs (roam::extra_option_specs), recorded in the plan's method.options.extra.
+void add_planner_knobs(CLI::App* cmd, std::vector<std::string>& order_options,
+                       std::vector<std::string>& layout_options, int64_t& node_limit) {
+  std::string order_keys, layout_keys;
+  for (const roam::ExtraOptionSpec& s : roam::extra_option_specs()) {
+    std::string& keys = std::string(s.kind) == "order" ? order_keys : layout_keys;
+    keys += std::string("\n  ") + s.key + " (" + s.type + "): " + s.help;
+  }
+  cmd->add_option("--order-option", order_options,
+                  "KEY=VALUE knob of --order roam (repeatable):" + order_keys)
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--layout-option", layout_options,
+                  "KEY=VALUE knob of --layout roam (repeatable):" + layout_keys)
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--node-limit", node_limit,
+                  "most storages per leaf subgraph of --layout roam (the paper's node_limit; "
+                  "same as --layout-option node_limit=N)");
+}
+
+void set_planner_knobs(const std::vector<std::string>& order_options,
+                       const std::vector<std::string>& layout_options, int64_t node_limit,
+                       roam::PlanOptions& options) {
+  try {
+    for (const auto& [kind, list] : {std::pair{"order", &order_options}, {"layout", &layout_options}}) {
+      for (const std::string& a : *list) {
+        auto [key, value] = roam::parse_extra_option(a, kind);
+        options.extra[key] = value;
+      }
+    }
+    if (node_limit != 0) {
+      options.extra["node_limit"] =
+          roam::parse_extra_option("node_limit=" + std::to_string(node_limit), "layout").second;
+    }
+  } catch (const std::invalid_argument& e) {
+    throw CLI::ValidationError(e.what());
+  }
 }
 
 int cmd_plan(const std::string& graph_path, const std::string& out_path,
@@ -317,6 +357,9 @@ int main(int argc, char** argv) {
   plan->add_option("--time-limit", req.options.time_limit_seconds,
                    "wall-clock budget of the roam planners, seconds")
       ->capture_default_str();
+  std::vector<std::string> order_options, layout_options;
+  int64_t node_limit = 0;
+  add_planner_knobs(plan, order_options, layout_options, node_limit);
 
   CLI::App* validate = app.add_subcommand(
       "validate",
@@ -344,6 +387,7 @@ int main(int argc, char** argv) {
   compare->add_option("--time-limit", req.options.time_limit_seconds,
                       "wall-clock budget of each roam planner call, seconds")
       ->capture_default_str();
+  add_planner_knobs(compare, order_options, layout_options, node_limit);
 
   roam::cli::Verbs verbs = {
       {plan, [&] { return cmd_plan(graph_path, out_path, req); }},
@@ -363,6 +407,7 @@ int main(int argc, char** argv) {
     if (plan->count("-o") > 0 && out_path.empty()) {
       throw CLI::ValidationError("-o", "needs a file name");
     }
+    set_planner_knobs(order_options, layout_options, node_limit, req.options);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;

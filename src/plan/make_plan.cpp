@@ -6,18 +6,25 @@
 #include "roam/layout.h"
 #include "roam/order.h"
 #include "roam/plan.h"
+#include "roam/roam_order.h"
 
 namespace roam {
 
 namespace {
 
 Order choose_order(const Graph& g, const std::string& method, const PlanOptions& options,
-                   std::string& chosen) {
+                   std::string& chosen, nlohmann::json& order_stats) {
   const uint64_t alignment = options.alignment;
   const auto& methods = order_methods();
   const bool has_roam = std::find(methods.begin(), methods.end(), "roam") != methods.end();
   if (method != "auto" || has_roam) {  // roam is never worse than any baseline order
     chosen = method == "auto" ? "roam" : method;
+    if (chosen == "roam") {
+      RoamOrderStats stats;
+      Order o = order_roam(g, options, &stats);
+      order_stats = stats.to_json();
+      return o;
+    }
     return make_order(g, chosen, options);
   }
   Order best;
@@ -67,7 +74,8 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req) {
 PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint64_t> lower_bound_bytes) {
   const auto start = std::chrono::steady_clock::now();
   std::string order_method;
-  Order order = choose_order(g, req.order, req.options, order_method);
+  nlohmann::json order_stats;
+  Order order = choose_order(g, req.order, req.options, order_method, order_stats);
   const double order_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   PlanRequest with_order = req;
@@ -76,6 +84,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
   const uint64_t lb = lower_bound_bytes ? *lower_bound_bytes
                                         : lower_bound(g, req.options.alignment, &order);
   PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
+  if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
   if (req.order == "auto" || req.layout == "auto") {
     r.plan.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
   }

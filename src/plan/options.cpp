@@ -1,0 +1,81 @@
+// The table of roam planner knobs (PlanOptions::extra) and the KEY=VALUE parser of the CLI.
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "roam/options.h"
+
+namespace roam {
+
+const std::vector<ExtraOptionSpec>& extra_option_specs() {
+  static const std::vector<ExtraOptionSpec> specs = {
+      {"weight_update_scheduler", "order", "bool", 0, 1,
+       "false: every update at its latest gap (where the program runs it)"},
+      {"exact_segments", "order", "bool", 0, 1, "false: no exact search inside segments"},
+      {"try_variants", "order", "bool", 0, 1, "false: only the scheduled update placement"},
+      {"baseline_shortcut", "order", "bool", 0, 1,
+       "false: search even when a baseline already reaches the lower bound"},
+      {"delay_radius", "order", "int", 0, 1e6, "gaps after the earliest one an update may try"},
+      {"alpha", "order", "number", 0, 1e6, "optimizer factor (default from meta.optimizer)"},
+      {"exact_node_limit", "order", "int", 1, 256, "largest segment (ops) searched exactly"},
+      {"exact_state_limit", "order", "int", 0, 1e12, "exact-search states per segment"},
+      {"local_search_swaps", "order", "int", 0, 1e12, "local-search swaps per variant"},
+      {"return_variant", "order", "string", 0, 0, "diagnostics: return this roam candidate"},
+      {"node_limit", "layout", "int", 2, 1e9, "most storages per leaf subgraph"},
+      {"search_node_limit", "layout", "int", 1, 1e12,
+       "search nodes per probe of the exact layout solver"},
+  };
+  return specs;
+}
+
+std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& assignment,
+                                                          const std::string& kind) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw std::invalid_argument("--" + kind + "-option '" + assignment + "': expected KEY=VALUE");
+  }
+  const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  const ExtraOptionSpec* spec = nullptr;
+  std::string valid;
+  for (const ExtraOptionSpec& s : extra_option_specs()) {
+    if (kind != s.kind) continue;
+    valid += (valid.empty() ? "" : ", ") + std::string(s.key);
+    if (key == s.key) spec = &s;
+  }
+  const std::string where = "--" + kind + "-option " + key;
+  if (spec == nullptr) throw std::invalid_argument(where + ": unknown key (valid: " + valid + ")");
+  const std::string type = spec->type;
+  if (type == "bool") {
+    if (value == "true") return {key, true};
+    if (value == "false") return {key, false};
+    throw std::invalid_argument(where + ": expected true or false, got '" + value + "'");
+  }
+  if (type == "string") {
+    if (value.empty()) throw std::invalid_argument(where + ": empty value");
+    return {key, value};
+  }
+  auto out_of_range = [&] {
+    return std::invalid_argument(where + ": " + value + " is outside [" +
+                                 std::to_string(static_cast<int64_t>(spec->min)) + ", " +
+                                 std::to_string(static_cast<int64_t>(spec->max)) + "]");
+  };
+  if (type == "int") {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || end != value.data() + value.size()) {
+      throw std::invalid_argument(where + ": expected an integer, got '" + value + "'");
+    }
+    if (static_cast<double>(v) < spec->min || static_cast<double>(v) > spec->max) throw out_of_range();
+    return {key, v};
+  }
+  double v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(v)) {
+    throw std::invalid_argument(where + ": expected a number, got '" + value + "'");
+  }
+  if (v < spec->min || v > spec->max) throw out_of_range();
+  return {key, v};
+}
+
+}  // namespace roam
