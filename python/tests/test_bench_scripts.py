@@ -60,3 +60,34 @@ def test_bench_run_table_and_means(tmp_path):
     # the graph named like a paper graph is compared with the published ratios
     assert re.search(r"^\| alexnet-b1-adam \| .* \| 13\.7% \| .* \| 17\.8% \|$", text, re.M)
     assert "## Against ROAM's published figures" in text
+    # order section: LB, Tp per order and roam's gap, recomputed from the raw rows
+    gaps = []
+    for name, doc in docs.items():
+        lb = doc["lower_bound_bytes"]
+        tp = {x["order"]: x["theoretical_peak_bytes"] for x in doc["rows"]}
+        line = re.search(rf"^\| {name} \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| .*$",
+                         text.split("## Orders")[1], re.M).group(0)
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert float(cells[1]) == pytest.approx(lb / 2**20, abs=0.006)
+        assert [float(c) for c in cells[2:5]] == pytest.approx(
+            [tp[o] / 2**20 for o in ("program", "lescea", "roam")], abs=0.006)
+        gaps.append(tp["roam"] / lb - 1)
+        assert float(cells[5]) == pytest.approx(100 * gaps[-1], abs=0.006)
+        assert tp["roam"] <= min(tp.values())
+    assert f"over the 2 graphs: {100 * sum(gaps) / 2:.2f}%" in text
+    # ablation: three configurations per graph, the returned Tp never above the pipeline's
+    abl = text.split("## Ablation of the roam order")[1].split("\n## ")[0]
+    for name in docs:
+        line = re.search(rf"^\| {name} \| .*$", abl, re.M).group(0)
+        cells = [c.strip() for c in line.strip("|").split("|")][2:]
+        assert len(cells) == 3
+        for c in cells:
+            pipeline, returned, _ = (float(v) for v in c.split(" / "))
+            assert returned <= pipeline
+    # layouts for the roam order: roam's arena is the smallest of the five
+    lay = text.split("## Layouts for the roam order")[1].split("\n## ")[0]
+    for name in docs:
+        line = re.search(rf"^\| {name} \| .*$", lay, re.M).group(0)
+        arenas = [float(c.split(" (")[0]) for c in line.strip("|").split("|")[2:7]]
+        assert arenas[4] <= min(arenas[1:4]) and arenas[4] >= float(line.split("|")[2])
+    assert "## End-to-end peak per graph" in text

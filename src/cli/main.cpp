@@ -247,6 +247,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   struct Row {
     roam::PlanResult r;
     uint64_t peak;  // "held": resident + reserved, what the process holds
+    double order_seconds = 0;
   };
   std::vector<Row> rows;
   if (!have_ref) {
@@ -262,7 +263,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
           roam::make_plan_for_order(g, o.order, o.seconds, {o.method, layout, options}, lb);
       checked_plan_json(g, r.plan);
       const uint64_t peak = g.resident_bytes + r.reserved_bytes;
-      rows.push_back({std::move(r), peak});
+      rows.push_back({std::move(r), peak, o.seconds});
     }
   }
   // The reference: PyTorch's eager order under its caching allocator.
@@ -304,7 +305,8 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                              {"peak_bytes", st.peak_bytes},
                              {"held_bytes", row.peak},
                              {"fragmentation", st.fragmentation},
-                             {"solve_seconds", st.solve_seconds}});
+                             {"solve_seconds", st.solve_seconds},
+                             {"order_seconds", row.order_seconds}});
     }
     roam::write_json_file(creq.json_path, doc, 1);
   }
