@@ -32,7 +32,8 @@ Order order_lpmf(const Graph& g, uint64_t alignment);
 Order order_bfs(const Graph& g);
 Order order_dfs(const Graph& g, uint64_t alignment);
 
-/// Names accepted by make_order, in display order.
+/// Names accepted by make_order, in display order: the baselines above and "roam" (ROAM's
+/// order, include/roam/roam_order.h: never worse than any baseline).
 const std::vector<std::string>& order_methods();
 
 /// Dispatches on a method name. Throws std::invalid_argument for an unknown name.
