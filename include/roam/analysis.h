@@ -79,8 +79,8 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment);
 /// max over ops v of min_live_at_op(v) (roam's cut bound, tighter than the must-live bound of
 /// lower_bound_per_op). Tp(order) >= live bytes at any op's step >= min_live_at_op of that op.
 /// The cuts are computed only where they can raise the maximum: an op is skipped when the bytes
-/// live at its step in the program order or in `hint` (any valid order; optional) are already
-/// <= the best bound so far. The value does not depend on `hint`, only the time does (a hint
+/// live at its step in the program order, in `hint` (any valid order; optional) or in the
+/// lescea order are already <= the best bound so far. The value does not depend on `hint`, only the time does (a hint
 /// with Tp equal to the must-live bound computes no cut).
 uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint = nullptr);
 
