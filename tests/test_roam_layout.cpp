@@ -368,7 +368,7 @@ TEST(RoamLayoutProperty, NeverWorseThanAnyBaselineOnRandomGraphs) {
     for (const char* order_method : {"program", "lescea"}) {
       PlanOptions o;
       o.alignment = seed % 2 ? 64 : 1;
-      o.extra["node_limit"] = 3000;
+      o.extra["search_node_limit"] = 3000;
       o.time_limit_seconds = 0;
       const Order order = make_order(g, order_method, o);
       const Liveness live = compute_liveness(g, order);
@@ -398,7 +398,7 @@ TEST(RoamLayoutProperty, DeterministicAcrossThreads) {
     const Graph g = parse_graph(roamtest::random_graph_json(seed, ro), "<random>");
     const Liveness live = compute_liveness(g, g.program_order());
     PlanOptions o;
-    o.extra["node_limit"] = 5000;
+    o.extra["search_node_limit"] = 5000;
     o.time_limit_seconds = 0;
     const Layout a = layout_roam(g, live, o);
     o.threads = 4;

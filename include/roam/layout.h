@@ -38,15 +38,18 @@ Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alig
 /// smallest gap that fits among the conflicting placed storages, else on top of them.
 Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment);
 
-/// `roam`: see roam/roam_layout.h (exact branch and bound per independent window; never worse
-/// than any other method's arena).
+/// `roam`: see roam/roam_layout.h (the paper's subgraph tree: independent windows, split into
+/// dependent leaves of at most extra["node_limit"] storages, each leaf solved by an exact
+/// branch and bound, shared storages placed where they are created, conflicts repaired; never
+/// worse than any other method's arena).
 Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& options);
 
 /// pytorch, llfb, greedy_by_size, best_fit, roam.
 const std::vector<std::string>& layout_methods();
 
 /// Throws std::invalid_argument for an unknown name. `options` gives the alignment and, for
-/// `roam`, threads, time limit and extra["node_limit"].
+/// `roam`, threads, time limit, extra["node_limit"] (storages per leaf) and
+/// extra["search_node_limit"] (search nodes per probe).
 Layout make_layout(const Graph& g, const Liveness& live, const std::string& method,
                    const PlanOptions& options);
 inline Layout make_layout(const Graph& g, const Liveness& live, const std::string& method,

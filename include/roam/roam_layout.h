@@ -149,6 +149,118 @@ AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,
 std::string check_allocation(const std::vector<AllocBuffer>& buffers,
                              const std::vector<uint64_t>& offsets, uint64_t capacity);
 
+// ---------------------------------------------------------------------------------------------
+// The subgraph tree: dependent subgraphs under a node limit (ROAM, arXiv 2310.19295, memory
+// layout). A set of buffers too large to solve at once is cut in time into *leaves*; a buffer
+// whose lifetime crosses a cut is a *shared* buffer (a shared storage) of every leaf it meets.
+// Each leaf is solved on its own, with its shared buffers clipped to its time range; the leaf
+// layouts are concatenated and the address conflicts this leaves are repaired.
+
+/// How a shared buffer meets a leaf with time range [begin, end).
+enum class SharedKind : uint8_t {
+  kCIFO,  // created inside, freed outside: begin <= lower < end < upper
+  kCOFI,  // created outside, freed inside: lower < begin < upper <= end
+  kCOFO   // created and freed outside: lower < begin and end < upper (it spans the leaf)
+};
+const char* to_string(SharedKind kind);
+
+/// One leaf of the subgraph tree. Buffer numbers index the vector given to split_subgraph.
+struct SubgraphLeaf {
+  int64_t begin = 0;              // time range [begin, end), the units of AllocBuffer
+  int64_t end = 0;
+  std::vector<size_t> own;        // buffers whose lifetime lies inside [begin, end); increasing
+  std::vector<size_t> shared;     // buffers live in [begin, end) that cross begin or end,
+                                  // increasing
+  std::vector<SharedKind> kinds;  // per entry of `shared`
+  /// own + shared: what the node limit counts.
+  size_t size() const { return own.size() + shared.size(); }
+};
+
+struct SubgraphTree {
+  std::vector<SubgraphLeaf> leaves;  // in time order; their ranges partition
+                                     // [min lower, max upper) (no leaf when there is no buffer)
+  std::vector<size_t> assigned_leaf; // per buffer: the leaf whose range holds its `lower` (the
+                                     // leaf where it is created: its own leaf, or the one where
+                                     // it is CIFO)
+  std::vector<bool> shared;          // per buffer: shared by two or more leaves
+};
+
+/// Splits `buffers` recursively in time until every leaf holds at most `node_limit` buffers
+/// (own + shared).
+///  - Feasibility. A leaf holds at least the buffers live at any of its time points, so the limit
+///    can be met iff no time point has more than `node_limit` live buffers. When one has, the
+///    set is not split at all: one leaf holds every buffer (solved whole, as if unlimited).
+///  - The cut of a subgraph [a, b) holding N > node_limit buffers is a time point t, a < t < b,
+///    among the lifetime end points (lower and upper, clipped to [a, b)): left [a, t), right
+///    [t, b). L(t) buffers meet the left side (clipped lower < t), R(t) the right one (clipped
+///    upper > t); a cut *progresses* when L(t) < N and R(t) < N. Candidates: the progressing cuts
+///    near the middle: the buffers that do not span [a, b) (spanning ones cross every cut) are
+///    counted left of t -- the crossing ones as halves -- and that count must lie within [M/4,
+///    3M/4] of their number M (all progressing cuts if none does). Chosen: the fewest bytes
+///    crossing t (lower < t < upper), then the smallest |L(t) - R(t)|, then the smallest t.
+///    A subgraph with more than node_limit buffers but no time point above the limit always
+///    has a progressing cut (if no cut progressed, all its buffers would be live together), so
+///    the split ends with every leaf under the limit.
+/// Throws std::invalid_argument when node_limit < 2 or a buffer has lower >= upper.
+/// O(N log N) per subgraph of N buffers; the depth is O(log N) on balanced cuts, at most N.
+SubgraphTree split_subgraph(const std::vector<AllocBuffer>& buffers, int64_t node_limit);
+
+struct ConflictRepair {
+  std::vector<uint64_t> offsets;  // per buffer: valid (no two buffers live together overlap)
+  std::vector<size_t> displaced;  // the buffers that were moved, in the order re-placed
+  uint64_t height = 0;            // max(offset + size)
+};
+
+/// Repairs a layout that has address conflicts (two buffers with intersecting lifetimes and
+/// intersecting byte ranges), as the concatenated leaves of a subgraph tree have.
+///  1. Keep: buffers are visited in the order shared buffers by (lower, index), then the others
+///     by index; a buffer is kept at its offset when it conflicts with no kept buffer, else it is
+///     displaced. So a shared buffer keeps its offset unless an earlier-created shared buffer
+///     holds it, and the non-shared buffers (the small, short-lived temporaries) make way.
+///  2. Re-place: the displaced buffers by decreasing size, then decreasing lifetime, then index;
+///     each at the best fit among every buffer already placed that it overlaps in time: the
+///     smallest gap between their byte ranges (from offset 0, offsets rounded up to the buffer's
+///     alignment) that holds it (ties: the lowest offset), else on top of them.
+/// `offsets` and `shared` have one entry per buffer (else std::invalid_argument). Offsets must be
+/// multiples of the buffers' alignments. O(N * live + D * N) time with N buffers, D displaced
+/// ones and `live` the most buffers live together.
+ConflictRepair repair_conflicts(const std::vector<AllocBuffer>& buffers,
+                                const std::vector<uint64_t>& offsets,
+                                const std::vector<bool>& shared);
+
+struct SubgraphTreeResult {
+  std::vector<uint64_t> offsets;  // per buffer, valid
+  uint64_t height = 0;            // max(offset + size)
+  size_t leaves = 0;
+  size_t shared = 0;              // buffers shared by two or more leaves
+  size_t displaced = 0;           // buffers the repair moved
+};
+
+/// The subgraph-tree layout of a set of buffers:
+///  1. split_subgraph(buffers, node_limit);
+///  2. every leaf is solved on its own with minimize_allocation(leaf buffers, options, start,
+///     good_enough): its own buffers and its shared ones clipped to [begin, end). The shared
+///     buffers come first in the leaf's buffer list, by (lower, index), then the own ones by
+///     index: the solver's candidate orders break ties by that position, so among equals the
+///     shared buffers are tried first and go low (the solver offers no other handle);
+///     `start` (optional, a valid layout of `buffers`) restricted to the leaf is its starting
+///     solution, and a leaf whose restriction is already <= good_enough keeps it unsolved.
+///     Leaves are solved in parallel over options.threads (each with threads = 1 when there
+///     are several leaves); the result is the same for any thread count;
+///  3. concatenation: a shared buffer takes the offset it has in its assigned leaf (the one
+///     where it is created), every other buffer the offset of its only leaf;
+///  4. repair_conflicts with the shared buffers marked.
+/// Every leaf gets `options` as given (node limits are per leaf search); the time limit applies
+/// to each leaf. Throws std::invalid_argument as split_subgraph and minimize_allocation do.
+SubgraphTreeResult subgraph_tree_allocation(const std::vector<AllocBuffer>& buffers,
+                                            int64_t node_limit,
+                                            const AllocSolveOptions& options = {},
+                                            const std::vector<uint64_t>* start = nullptr,
+                                            uint64_t good_enough = 0);
+
+/// Default leaf size of layout_roam (extra["node_limit"]): see layout_roam.
+constexpr int64_t kDefaultRoamNodeLimit = 4096;
+
 /// The `roam` arena layout of a graph for a fixed order (DESIGN.md "Layout", issue 5).
 ///
 /// Method. Storages become buffers [first, last + 1) with sizes rounded to the alignment.
@@ -156,25 +268,47 @@ std::string check_allocation(const std::vector<AllocBuffer>& buffers,
 ///     them is the upper bound and the fallback (so roam is never worse than any of them).
 ///  2. Independent subgraphs: the order is cut at every step that no storage's lifetime crosses
 ///     (the paper's memory-insensitive points, seen from the layout side: nothing is shared
-///     across such a cut). The windows are independent layout problems, solved in parallel.
-///  3. Exact leaves: each window whose share of the best baseline is above Tp goes to
-///     minimize_allocation in time-sweep mode with good_enough = Tp of the whole order: dives
-///     of the portfolio (a bottom-up time sweep, which reaches Tp on the paper graphs), then
-///     probes of the exact search at Tp and bisection up to the window's share of the baseline
-///     (at most 4 probes). Windows are solved in parallel when there are several.
-///  4. Concatenation: the window layouts are put side by side in time (all start at offset 0);
-///     the arena is the highest window. Long-lived storages (activations) go low: among the
-///     candidates at the lowest point, the searches prefer large and long-lived buffers, so
-///     activations, which live from the forward to the backward pass, end up at low offsets.
-/// Relation to the paper's subgraph tree (arXiv 2310.19295, memory layout): the paper splits
-/// the graph into independent subgraphs, splits large ones into dependent subgraphs under a
-/// node limit, assigns each shared (cross-subgraph) storage to one side (CIFO/COFI/COFO), solves
-/// the leaves and concatenates them, repairing address conflicts afterwards. Here the leaves are
-/// the independent windows and are solved as a whole (the exact solver scales to the windows of
-/// the paper graphs), so there are no shared storages to assign and no conflicts to repair; the
-/// node limit bounds the search effort per leaf instead of the leaf size. Knobs (PlanOptions):
-/// threads, time_limit_seconds, extra["node_limit"] (search nodes per probe and portfolio
-/// search; default max(20000, 50 x window storages); dives get max(that, 400 x storages)).
+///     across such a cut). The windows are independent layout problems. A window whose share
+///     of the best baseline is at most Tp keeps the baseline's offsets.
+///  3. Dependent subgraphs: every other window is split by split_subgraph under the node limit
+///     into leaves (one leaf when it has at most node_limit storages, or when some step has
+///     more than node_limit live storages: then no split meets the limit and the window is
+///     solved whole). Storages crossing a cut are the shared storages of the leaves they meet
+///     (CIFO / COFI / COFO, see SharedKind).
+///  4. Exact leaves: each leaf (own storages + shared ones clipped to it) goes to
+///     minimize_allocation in time-sweep mode with good_enough = Tp of the whole order and the
+///     best baseline restricted to the leaf as a start: dives of the portfolio (a bottom-up time
+///     sweep, which reaches Tp on the paper graphs), then probes of the exact search at Tp and
+///     bisection up to the leaf's share of the baseline (at most 4 probes). All leaves of all
+///     windows are solved in parallel over `threads`.
+///  5. Concatenation and repair (subgraph_tree_allocation steps 3-4). Assignment rule: a shared
+///     storage takes its offset from the leaf where it is created (where it is CIFO). Why: an
+///     address is fixed when the storage is allocated, so the leaf that runs its producer is the
+///     one that decides it, together with the temporaries live at that moment; the later leaves
+///     (where it is COFI/COFO, clipped to start at their first step) must live with it, and
+///     their temporaries that collide with it are the ones re-placed. Every storage is created
+///     in exactly one leaf, so the rule is total and unique. (Activations go low in every leaf
+///     only as far as the solver's candidate orders put long-lived storages first: shared
+///     storages lead the leaf's buffer list, which breaks the remaining ties.) A window whose
+///     repaired layout is not lower than the best baseline on it keeps the baseline's offsets
+///     (windows are independent in time); if the whole result is not below the best
+///     baseline's arena, the best baseline is returned.
+/// Knobs (PlanOptions): threads, time_limit_seconds (a safety net, per leaf the time left),
+///  - extra["node_limit"]: the most storages per leaf (the paper's node limit), an integer >= 2,
+///    else std::invalid_argument naming "node_limit". Default kDefaultRoamNodeLimit = 4096, by
+///    measurement on the 17 graphs of bench/graphs with the roam order (alignment 64, 10 s,
+///    one thread): their windows hold 93..4210 storages, at most 924 live at one step, and the
+///    largest window that needs solving (best baseline above Tp) holds 4018 (gpt2-xl-b1). At
+///    4096 no such window is split: every graph keeps 0.000% fragmentation and its time, as
+///    before the split existed. At 1500..3000 they keep 0.000% too (gpt2-xl-b1 in 3..8
+///    leaves); at 1000 gpt2-xl-b1's repaired layout (8.3% above Tp) loses to the best baseline
+///    (0.29%, returned); at 256 mnasnet0_5-b1 gets 0.45%, mobilenet_v2 and vit_b_16-b1 keep
+///    their best baseline (up to 0.99%); at 64 every window that needs solving has a step with
+///    more than 64 live storages and is solved whole. Smaller limits bound the size of each
+///    exact search; the conflict repair is what they cost.
+///  - extra["search_node_limit"]: search nodes per probe and portfolio search (default
+///    max(20000, 50 x leaf storages); dives get max(that, 400 x storages)); ignored unless a
+///    positive integer.
 /// Deterministic for any thread count unless the time limit cuts a search.
 Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& options);
 

@@ -115,7 +115,7 @@ void add_layout_verb(CLI::App& app, Verbs& verbs) {
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--time-limit", args.time_limit, "wall-clock limit in seconds")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--node-limit", args.node_limit, "search nodes per portfolio search and probe")
+  cmd->add_option("--search-node-limit", args.node_limit, "search nodes per portfolio search and probe")
       ->check(CLI::PositiveNumber)->capture_default_str();
   verbs.push_back({cmd, [cmd] { return run_layout(args, *cmd); }});
 }
