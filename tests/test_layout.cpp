@@ -71,12 +71,8 @@ std::vector<uint64_t> in_units(const std::vector<uint64_t>& offsets, uint64_t un
 // ---------------------------------------------------------------------------------------------
 // llfb and greedy_by_size. Sizes are written in units of U = 64 bytes with alignment 64; the raw
 // sizes are u*64 - 5 bytes, so every storage must be rounded up to u units.
-constexpr uint64_t U = 64;
-
-std::vector<Interval> units(std::vector<Interval> ivs) {
-  for (Interval& iv : ivs) iv.size = iv.size * U - 5;
-  return ivs;
-}
+constexpr uint64_t U = roamtest::kUnit;
+using roamtest::units;
 
 TEST(LayoutRegistry, MethodsAndDispatch) {
   EXPECT_EQ(layout_methods(),

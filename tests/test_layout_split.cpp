@@ -22,26 +22,13 @@ namespace {
 
 using roamtest::Interval;
 using roamtest::interval_graph;
+using roamtest::buffers_problem;
+using roamtest::graph_layout_problem;
+using roamtest::units;
+constexpr uint64_t U = roamtest::kUnit;
 
 // ---------------------------------------------------------------------------------------------
 // Independent checkers.
-
-// Buffers with half-open lifetimes: aligned offsets, and two buffers live together (both of
-// non-zero size) get disjoint byte ranges.
-std::string buffers_problem(const std::vector<AllocBuffer>& b, const std::vector<uint64_t>& off) {
-  if (off.size() != b.size()) return "wrong number of offsets";
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (off[i] % b[i].alignment != 0) return "buffer " + std::to_string(i) + " misaligned";
-    for (size_t j = i + 1; j < b.size(); ++j) {
-      const bool time = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-      const bool space = off[i] < off[j] + b[j].size && off[j] < off[i] + b[i].size;
-      if (time && space && b[i].size > 0 && b[j].size > 0) {
-        return "buffers " + std::to_string(i) + " and " + std::to_string(j) + " overlap";
-      }
-    }
-  }
-  return "";
-}
 
 uint64_t height_of(const std::vector<AllocBuffer>& b, const std::vector<uint64_t>& off) {
   uint64_t h = 0;
@@ -49,24 +36,6 @@ uint64_t height_of(const std::vector<AllocBuffer>& b, const std::vector<uint64_t
     if (b[i].size > 0) h = std::max(h, off[i] + b[i].size);
   }
   return h;
-}
-
-// Storages with intersecting live intervals (inclusive steps) get disjoint aligned byte ranges.
-std::string graph_layout_problem(const Graph& g, const Liveness& live,
-                                 const std::vector<uint64_t>& off, uint64_t alignment) {
-  if (off.size() != g.storages.size()) return "wrong number of offsets";
-  for (size_t a = 0; a < off.size(); ++a) {
-    if (off[a] % alignment != 0) return "storage " + std::to_string(a) + " misaligned";
-    const uint64_t ea = off[a] + align_up(g.storages[a].size, alignment);
-    for (size_t b = a + 1; b < off.size(); ++b) {
-      if (live.last[a] < live.first[b] || live.last[b] < live.first[a]) continue;
-      const uint64_t eb = off[b] + align_up(g.storages[b].size, alignment);
-      if (off[a] < eb && off[b] < ea) {
-        return "storages " + std::to_string(a) + " and " + std::to_string(b) + " overlap";
-      }
-    }
-  }
-  return "";
 }
 
 // The buffers layout_roam builds from a graph: [first, last + 1), aligned sizes.
@@ -146,11 +115,6 @@ std::vector<AllocBuffer> random_buffers(std::mt19937_64& rng, int n, int horizon
   return b;
 }
 
-constexpr uint64_t U = 64;
-std::vector<Interval> units(std::vector<Interval> ivs) {
-  for (Interval& iv : ivs) iv.size = iv.size * U - 5;
-  return ivs;
-}
 
 // ---------------------------------------------------------------------------------------------
 // split_subgraph

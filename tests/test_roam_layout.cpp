@@ -26,42 +26,10 @@ namespace {
 
 using roamtest::Interval;
 using roamtest::interval_graph;
-
-// Conflicting storages (intersecting live intervals) get disjoint aligned byte ranges.
-std::string graph_layout_problem(const Graph& g, const Liveness& live,
-                                 const std::vector<uint64_t>& off, uint64_t alignment) {
-  if (off.size() != g.storages.size()) return "wrong number of offsets";
-  for (size_t a = 0; a < off.size(); ++a) {
-    if (off[a] % alignment != 0) return "storage " + std::to_string(a) + " misaligned";
-    const uint64_t ea = off[a] + align_up(g.storages[a].size, alignment);
-    for (size_t b = a + 1; b < off.size(); ++b) {
-      if (live.last[a] < live.first[b] || live.last[b] < live.first[a]) continue;
-      const uint64_t eb = off[b] + align_up(g.storages[b].size, alignment);
-      if (off[a] < eb && off[b] < ea) {
-        return "storages " + std::to_string(a) + " and " + std::to_string(b) + " overlap";
-      }
-    }
-  }
-  return "";
-}
-
-// Buffers with half-open lifetimes: the pairwise rule of the MiniMalloc README.
-std::string buffers_problem(const std::vector<AllocBuffer>& b, const std::vector<uint64_t>& off,
-                            uint64_t capacity) {
-  if (off.size() != b.size()) return "wrong number of offsets";
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (off[i] % b[i].alignment != 0) return "buffer " + std::to_string(i) + " misaligned";
-    if (off[i] + b[i].size > capacity) return "buffer " + std::to_string(i) + " above capacity";
-    for (size_t j = i + 1; j < b.size(); ++j) {
-      const bool time = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-      const bool space = off[i] < off[j] + b[j].size && off[j] < off[i] + b[i].size;
-      if (time && space && b[i].size > 0 && b[j].size > 0) {
-        return "buffers " + std::to_string(i) + " and " + std::to_string(j) + " overlap";
-      }
-    }
-  }
-  return "";
-}
+using roamtest::buffers_problem;
+using roamtest::graph_layout_problem;
+using roamtest::units;
+constexpr uint64_t U = roamtest::kUnit;
 
 // Brute force: the smallest height over every assignment of aligned offsets (depth first over
 // the buffers, offsets 0 .. sum of sizes + alignment; partial assignments checked pairwise).
@@ -90,14 +58,6 @@ uint64_t brute_min_height(const std::vector<AllocBuffer>& b) {
   };
   rec(0, 0);
   return best;
-}
-
-// Sizes in units of U = 64 bytes with alignment 64; raw sizes are u*64 - 5 bytes, so every
-// storage is rounded up to u units.
-constexpr uint64_t U = 64;
-std::vector<Interval> units(std::vector<Interval> ivs) {
-  for (Interval& iv : ivs) iv.size = iv.size * U - 5;
-  return ivs;
 }
 
 uint64_t arena_of(const Graph& g, const Liveness& live, const std::string& method,

@@ -29,6 +29,7 @@
 #include "roam/layout.h"
 #include "roam/order.h"
 #include "roam/plan.h"
+#include "roam/roam_layout.h"
 #include "roam/validate.h"
 
 namespace roamtest {
@@ -636,6 +637,54 @@ inline roam::Graph interval_graph(const std::vector<Interval>& ivs, int32_t step
   nlohmann::json doc = {{"format", "roam-graph"}, {"version", 1}, {"name", "interval-test"},
               {"tensors", tensors}, {"ops", ops}, {"outputs", nlohmann::json::array()}};
   return roam::parse_graph(doc, "<test>");
+}
+
+// Sizes written in units of kUnit = 64 bytes for alignment 64: the raw sizes are u*64 - 5 bytes,
+// so every storage must be rounded up to u units.
+constexpr uint64_t kUnit = 64;
+inline std::vector<Interval> units(std::vector<Interval> ivs) {
+  for (Interval& iv : ivs) iv.size = iv.size * kUnit - 5;
+  return ivs;
+}
+
+// Conflicting storages (intersecting inclusive live intervals) get disjoint aligned byte ranges;
+// "" when they do, else the first problem.
+inline std::string graph_layout_problem(const roam::Graph& g, const roam::Liveness& live,
+                                        const std::vector<uint64_t>& off, uint64_t alignment) {
+  if (off.size() != g.storages.size()) return "wrong number of offsets";
+  for (size_t a = 0; a < off.size(); ++a) {
+    if (off[a] % alignment != 0) return "storage " + std::to_string(a) + " misaligned";
+    const uint64_t ea = off[a] + roam::align_up(g.storages[a].size, alignment);
+    for (size_t b = a + 1; b < off.size(); ++b) {
+      if (live.last[a] < live.first[b] || live.last[b] < live.first[a]) continue;
+      const uint64_t eb = off[b] + roam::align_up(g.storages[b].size, alignment);
+      if (off[a] < eb && off[b] < ea) {
+        return "storages " + std::to_string(a) + " and " + std::to_string(b) + " overlap";
+      }
+    }
+  }
+  return "";
+}
+
+// Buffers with half-open lifetimes (the pairwise rule of the MiniMalloc README): aligned
+// offsets, below `capacity`, and two buffers live together (both of non-zero size) get disjoint
+// byte ranges; "" when valid, else the first problem.
+inline std::string buffers_problem(const std::vector<roam::AllocBuffer>& b,
+                                   const std::vector<uint64_t>& off,
+                                   uint64_t capacity = std::numeric_limits<uint64_t>::max()) {
+  if (off.size() != b.size()) return "wrong number of offsets";
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (off[i] % b[i].alignment != 0) return "buffer " + std::to_string(i) + " misaligned";
+    if (off[i] + b[i].size > capacity) return "buffer " + std::to_string(i) + " above capacity";
+    for (size_t j = i + 1; j < b.size(); ++j) {
+      const bool time = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
+      const bool space = off[i] < off[j] + b[j].size && off[j] < off[i] + b[i].size;
+      if (time && space && b[i].size > 0 && b[j].size > 0) {
+        return "buffers " + std::to_string(i) + " and " + std::to_string(j) + " overlap";
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace roamtest

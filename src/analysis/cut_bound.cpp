@@ -118,29 +118,23 @@ class CutBound {
   // Ancestors of v and v itself: kBefore; descendants: kAfter; the rest: incomparable_.
   void classify(OpIdx v) {
     std::fill(cls_.begin(), cls_.end(), kIncomparable);
-    std::vector<OpIdx> stack{v};
     cls_[v] = kBefore;
-    while (!stack.empty()) {
-      const OpIdx x = stack.back();
-      stack.pop_back();
-      for (OpIdx p : g_.preds[x]) {
-        if (cls_[p] == kIncomparable) {
-          cls_[p] = kBefore;
-          stack.push_back(p);
+    // Marks everything reachable from v along `edges` (preds or succs) as `mark`.
+    auto reach = [&](const std::vector<std::vector<OpIdx>>& edges, Class mark) {
+      std::vector<OpIdx> stack{v};
+      while (!stack.empty()) {
+        const OpIdx x = stack.back();
+        stack.pop_back();
+        for (OpIdx y : edges[x]) {
+          if (cls_[y] == kIncomparable) {
+            cls_[y] = mark;
+            stack.push_back(y);
+          }
         }
       }
-    }
-    stack.push_back(v);
-    while (!stack.empty()) {
-      const OpIdx x = stack.back();
-      stack.pop_back();
-      for (OpIdx s : g_.succs[x]) {
-        if (cls_[s] == kIncomparable) {
-          cls_[s] = kAfter;
-          stack.push_back(s);
-        }
-      }
-    }
+    };
+    reach(g_.preds, kBefore);
+    reach(g_.succs, kAfter);
     incomparable_.clear();
     for (OpIdx x = 0; x < g_.num_ops(); ++x) {
       if (cls_[x] == kIncomparable) incomparable_.push_back(x);
