@@ -49,8 +49,9 @@
 //     most `local_search_swaps` swaps. Segments run on options.threads std::threads.
 //     Every segment search stops as soon as it reaches the global lower bound (no segment
 //     needs to go below it).
-//  4. Candidates: the scheduled placement, and (unless disabled) all units at their earliest
-//     and at their latest gap, and no artificial edges at all when every segment is then small
+//  4. Candidates: the scheduled placement, and (unless disabled) the scheduled placement with
+//     delay radius 0 and 2 (when below r), all units at their earliest and at their latest gap
+//     (a placement equal to one already solved is skipped), and no artificial edges at all when every segment is then small
 //     enough for the exact search (this one is exact: pinning loses nothing). The best by Tp is
 //     compared with every baseline order and the best of all is returned.
 //
@@ -115,7 +116,8 @@ RoamStructure roam_structure(const Graph& g, const PlanOptions& options,
                              GroupPlacement placement = GroupPlacement::kScheduled);
 
 struct RoamOrderStats {
-  std::string winner;  // "roam-scheduled", "roam-earliest", "roam-latest",
+  std::string winner;  // "roam-scheduled", "roam-scheduled-r0", "roam-scheduled-r2",
+                       // "roam-earliest", "roam-latest",
                        // "roam-free" or a baseline name
   uint64_t tp = 0;     // Tp of the returned order
   uint64_t lower_bound = 0;  // roam::lower_bound (the cut bound): Tp of any order is >= it
