@@ -584,7 +584,9 @@ TEST(Fixtures, AllFixturesAgreeWithBruteForce) {
 // Same at n3 (loss + g + 1000 = 1051). n1: x + y, n4 may wait: 1050. n4: x + s with only n0
 // before it: 2000. n5: s + g + dx = 1060. n0: x = 1000. Lower bound = 2000 (at n4).
 // The best order is 2001 (n0 n1 n2 n4 n3 n5: x + s + loss at n4): x must outlive n1, so n4 runs
-// with y, loss or g beside it -- the maximum of per-step minima is not always reached.
+// with y, loss or g beside it -- the maximum of per-step minima (2000) is not reached. The pair
+// refinement closes it: n4 before n1 holds x + y + s = 2050 at n1; n1 before n4 holds, at n4,
+// x + s + (y, loss or g) >= 2001 -> lower bound min(2050, 2001) = 2001.
 // ------------------------------------------------------------------------------------------
 TEST(Fixtures, CutBoundSeesActivationOrItsBackwardUse) {
   roamtest::GraphJson b("silu");
@@ -598,7 +600,11 @@ TEST(Fixtures, CutBoundSeesActivationOrItsBackwardUse) {
   std::vector<uint64_t> min_live;
   for (roam::OpIdx v = 0; v < g.num_ops(); ++v) min_live.push_back(roam::min_live_at_op(g, v, 1));
   EXPECT_EQ(min_live, (std::vector<uint64_t>{1000, 1050, 1051, 1051, 2000, 1060}));
-  EXPECT_EQ(roam::lower_bound(g, 1), 2000u);
+  EXPECT_EQ(roam::min_live_at_op(g, 1, 1, /*run_before=*/4), 2050u);   // at n1, n4 ran
+  EXPECT_EQ(roam::min_live_at_op(g, 4, 1, /*run_before=*/1), 2001u);   // at n4, n1 ran
+  EXPECT_EQ(roam::min_live_at_op(g, 4, 1, -1, /*run_after=*/1), 2000u);
+  EXPECT_EQ(roam::lower_bound(g, 1), 2001u);
   EXPECT_EQ(min_tp_all_orders(g, 1), 2001u);
+  EXPECT_THROW(roam::min_live_at_op(g, 4, 1, /*run_before=*/0), std::invalid_argument);  // n0 -> n4
   EXPECT_THROW(roam::min_live_at_op(g, 6, 1), std::invalid_argument);
 }

@@ -35,14 +35,25 @@ using FlowGraph = boost::adjacency_list<
 // (the must-live bytes are returned instead, still a valid bound).
 constexpr int64_t kInfinite = int64_t{1} << 62;
 
+constexpr uint64_t kUnknown = ~uint64_t{0};
+// Pair refinement budget: the first kPairOps argmax ops (by index), each with its kPairPartners
+// heaviest neighbours, at most kPairBudget pairs (4 cuts each) in all.
+constexpr int32_t kPairOps = 8;
+constexpr size_t kPairPartners = 24;
+constexpr int64_t kPairBudget = 96;
+
 class CutBound {
  public:
   CutBound(const Graph& g, uint64_t alignment)
       : g_(g), alignment_(alignment), cls_(g.num_ops(), kIncomparable), node_(g.num_ops(), -1) {}
 
-  /// min over valid orders of the bytes live at v's step.
-  uint64_t min_live(OpIdx v) {
-    classify(v);
+  /// min over valid orders of the bytes live at v's step; with `before` (an op incomparable to
+  /// v) only over the orders that run it by v's step, with `after` only over those that run it
+  /// later. With `near`, also lists the ops incomparable to v that make or use a storage whose
+  /// liveness at v the cut decides (the candidates for pair_bound), heaviest first.
+  uint64_t min_live(OpIdx v, OpIdx before = -1, OpIdx after = -1, std::vector<OpIdx>* near = nullptr) {
+    classify(v, before, after);
+    std::vector<std::pair<uint64_t, OpIdx>> weight;  // (bytes it decides, op) when `near`
     FlowGraph net(2);  // 0 = source (ops run by v's step), 1 = sink (ops run after it)
     auto cap = boost::get(boost::edge_capacity, net);
     auto rev = boost::get(boost::edge_reverse, net);
@@ -88,6 +99,12 @@ class CutBound {
       if (to_sink) heads.push_back(1);
       if (heads.empty()) continue;  // every use is done by v's step: never live at v
       variable += size;
+      if (near != nullptr) {
+        if (cls_[st.producer] == kIncomparable) weight.push_back({size, st.producer});
+        for (OpIdx u : st.users) {
+          if (u != st.producer && cls_[u] == kIncomparable) weight.push_back({size, u});
+        }
+      }
       // Cut cost `size` when the producer runs by v's step and some user after it.
       const int64_t tail = node_of(st.producer);
       if (heads.size() == 1) {
@@ -109,19 +126,50 @@ class CutBound {
       result += static_cast<uint64_t>(boost::boykov_kolmogorov_max_flow(net, 0, 1));
     }
     for (OpIdx x : incomparable_) node_[x] = -1;
+    if (near != nullptr) {
+      // Sum per op, heaviest first (ties: op index): deterministic.
+      std::sort(weight.begin(), weight.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      std::vector<std::pair<uint64_t, OpIdx>> total;
+      for (const auto& [w, x] : weight) {
+        if (!total.empty() && total.back().second == x) {
+          total.back().first += w;
+        } else {
+          total.push_back({w, x});
+        }
+      }
+      std::sort(total.begin(), total.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      near->clear();
+      for (const auto& t : total) near->push_back(t.second);
+    }
     return result;
+  }
+
+  /// The pair bound of two incomparable ops v and w: every order runs v before w or w before v,
+  /// so Tp >= min(max(live at v with w after, live at w with v before),
+  ///              max(live at v with w before, live at w with v after)).
+  /// `floor`: a value the caller already has; the result is exact when above it, else <= floor.
+  uint64_t pair_bound(OpIdx v, OpIdx w, uint64_t floor) {
+    const uint64_t a = min_live(v, -1, w);
+    const uint64_t b = a > floor ? 0 : min_live(w, v, -1);
+    if (std::max(a, b) <= floor) return floor;  // v before w can stay at the floor
+    const uint64_t c = min_live(v, w, -1);
+    const uint64_t d = c > floor ? 0 : min_live(w, -1, v);
+    return std::min(std::max(a, b), std::max(c, d));
   }
 
  private:
   enum Class : uint8_t { kIncomparable, kBefore, kAfter };
 
-  // Ancestors of v and v itself: kBefore; descendants: kAfter; the rest: incomparable_.
-  void classify(OpIdx v) {
+  // Ancestors of v and v itself: kBefore; descendants: kAfter; then `before` and its
+  // ancestors kBefore, `after` and its descendants kAfter (when >= 0); the rest: incomparable_.
+  void classify(OpIdx v, OpIdx before, OpIdx after) {
     std::fill(cls_.begin(), cls_.end(), kIncomparable);
-    cls_[v] = kBefore;
-    // Marks everything reachable from v along `edges` (preds or succs) as `mark`.
-    auto reach = [&](const std::vector<std::vector<OpIdx>>& edges, Class mark) {
-      std::vector<OpIdx> stack{v};
+    // Marks `from` and everything reachable from it along `edges` (preds or succs) as `mark`.
+    auto reach = [&](OpIdx from, const std::vector<std::vector<OpIdx>>& edges, Class mark) {
+      cls_[from] = mark;
+      std::vector<OpIdx> stack{from};
       while (!stack.empty()) {
         const OpIdx x = stack.back();
         stack.pop_back();
@@ -133,8 +181,12 @@ class CutBound {
         }
       }
     };
-    reach(g_.preds, kBefore);
-    reach(g_.succs, kAfter);
+    reach(v, g_.preds, kBefore);
+    cls_[v] = kIncomparable;  // so that its descendants are marked from it
+    reach(v, g_.succs, kAfter);
+    cls_[v] = kBefore;
+    if (before >= 0) reach(before, g_.preds, kBefore);
+    if (after >= 0) reach(after, g_.succs, kAfter);
     incomparable_.clear();
     for (OpIdx x = 0; x < g_.num_ops(); ++x) {
       if (cls_[x] == kIncomparable) incomparable_.push_back(x);
@@ -150,9 +202,39 @@ class CutBound {
 
 }  // namespace
 
-uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment) {
-  if (v < 0 || v >= g.num_ops()) throw std::invalid_argument("min_live_at_op: op index out of range");
-  return CutBound(g, alignment).min_live(v);
+uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_before,
+                        OpIdx run_after) {
+  const int32_t n = g.num_ops();
+  if (v < 0 || v >= n || run_before < -1 || run_before >= n || run_after < -1 || run_after >= n ||
+      (run_before >= 0 && run_before == run_after)) {
+    throw std::invalid_argument("min_live_at_op: op index out of range");
+  }
+  for (OpIdx w : {run_before, run_after}) {
+    if (w < 0) continue;
+    // w must be incomparable to v: neither reaches the other.
+    std::vector<char> seen(n, 0);
+    std::vector<OpIdx> stack{v};
+    bool comparable = w == v;
+    for (const auto* edges : {&g.preds, &g.succs}) {
+      std::fill(seen.begin(), seen.end(), 0);
+      stack.assign(1, v);
+      while (!stack.empty() && !comparable) {
+        const OpIdx x = stack.back();
+        stack.pop_back();
+        for (OpIdx y : (*edges)[x]) {
+          if (seen[y]) continue;
+          seen[y] = 1;
+          comparable = comparable || y == w;
+          stack.push_back(y);
+        }
+      }
+    }
+    if (comparable) {
+      throw std::invalid_argument("min_live_at_op: op " + g.ops[w].id + " is not incomparable to op " +
+                                  g.ops[v].id);
+    }
+  }
+  return CutBound(g, alignment).min_live(v, run_before, run_after);
 }
 
 uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
@@ -160,30 +242,58 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
   if (n == 0) return 0;
   const auto must = lower_bound_per_op(g, alignment);
   uint64_t best = *std::max_element(must.begin(), must.end());
-  // ub[v]: bytes live at v's step in a concrete order, an upper bound on min_live(v).
+  // ub[v]: bytes live at v's step in a concrete order, an upper bound on min_live(v);
+  // known_tp: the smallest Tp of those orders.
   std::vector<uint64_t> ub = live_bytes_at_ops(g, g.program_order(), alignment);
-  if (hint != nullptr) {
-    const auto h = live_bytes_at_ops(g, *hint, alignment);
+  uint64_t known_tp = *std::max_element(ub.begin(), ub.end());
+  auto add_order = [&](const Order& o) {
+    const auto h = live_bytes_at_ops(g, o, alignment);
+    known_tp = std::min(known_tp, *std::max_element(h.begin(), h.end()));
     for (OpIdx v = 0; v < n; ++v) ub[v] = std::min(ub[v], h[v]);
-  }
+  };
+  if (hint != nullptr) add_order(*hint);
+  // A greedy low-Tp order usually leaves far fewer ops to cut than the program order does
+  // (BERT-base b1 from the program order alone: 1225 cuts).
+  bool have_lescea = false;
+  auto add_lescea = [&] {
+    if (!have_lescea) add_order(order_lescea(g, alignment));
+    have_lescea = true;
+  };
   std::vector<OpIdx> todo;
   for (OpIdx v = 0; v < n; ++v) {
     if (ub[v] > best && ub[v] > must[v]) todo.push_back(v);
   }
   if (!todo.empty()) {
-    // A greedy low-Tp order usually leaves far fewer ops to cut than the program order does
-    // (BERT-base b1 from the program order alone: 1225 cuts).
-    const auto h = live_bytes_at_ops(g, order_lescea(g, alignment), alignment);
-    std::erase_if(todo, [&](OpIdx v) {
-      ub[v] = std::min(ub[v], h[v]);
-      return ub[v] <= best || ub[v] <= must[v];
-    });
+    add_lescea();
+    std::erase_if(todo, [&](OpIdx v) { return ub[v] <= best || ub[v] <= must[v]; });
   }
   std::sort(todo.begin(), todo.end(), [&](OpIdx a, OpIdx b) { return ub[a] != ub[b] ? ub[a] > ub[b] : a < b; });
   CutBound cut(g, alignment);
+  std::vector<uint64_t> exact(n, kUnknown);  // min_live where computed
   for (OpIdx v : todo) {
     if (ub[v] <= best) break;  // min_live(v) <= ub[v] <= best: the maximum cannot change
-    best = std::max(best, cut.min_live(v));
+    exact[v] = cut.min_live(v);
+    best = std::max(best, exact[v]);
+  }
+  // Pair refinement, only where no known order reaches the bound (otherwise it is optimal and
+  // no bound can exceed it). The ops it refines, the argmax ops of min_live, and their partners
+  // do not depend on `hint`, so neither does the result.
+  if (known_tp <= best) return best;
+  add_lescea();
+  if (known_tp <= best) return best;
+  const uint64_t single = best;
+  int32_t refined = 0;
+  int64_t pairs = 0;
+  for (OpIdx v = 0; v < n && refined < kPairOps; ++v) {
+    if (ub[v] < single) continue;  // min_live(v) <= ub[v] < single
+    if (exact[v] == kUnknown) exact[v] = must[v] == single ? single : cut.min_live(v);
+    if (exact[v] != single) continue;
+    ++refined;
+    std::vector<OpIdx> near;
+    cut.min_live(v, -1, -1, &near);
+    for (size_t k = 0; k < near.size() && k < kPairPartners && pairs < kPairBudget; ++k, ++pairs) {
+      best = std::max(best, cut.pair_bound(v, near[k], best));
+    }
   }
   return best;
 }
