@@ -453,7 +453,8 @@ TEST(Cli, PlannerKnobs) {
   EXPECT_EQ(roam::parse_extra_option("node_limit=64", "layout").second, 64);
   for (const char* bad : {"delay_radius", "=3", "delay_radius=x", "delay_radius=3.5",
                           "delay_radius=-1", "exact_node_limit=257", "alpha=nan",
-                          "node_limit=8", "nonsense=1", "exact_segments=1"}) {
+                          "node_limit=8", "nonsense=1", "exact_segments=1",
+                          "return_variant=bogus", "return_variant="}) {
     EXPECT_THROW(roam::parse_extra_option(bad, "order"), std::invalid_argument) << bad;
   }
   EXPECT_THROW(roam::parse_extra_option("node_limit=1", "layout"), std::invalid_argument);
@@ -467,7 +468,15 @@ TEST(Cli, PlannerKnobs) {
   EXPECT_FALSE(std::filesystem::exists(plan));
   r = run_roam(dir, "compare '" + graph + "' --node-limit 1");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("node_limit"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--node-limit"), std::string::npos) << r.err;
+  for (const char* bad : {"--node-limit 0", "--node-limit 8 --layout-option node_limit=9",
+                          "--order lescea --order-option alpha=2", "--layout llfb --node-limit 8",
+                          "--order-option return_variant=bogus",
+                          "--order-option delay_radius=1 --order-option delay_radius=2"}) {
+    r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "' " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_FALSE(std::filesystem::exists(plan)) << bad;
+  }
   r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
                         "' --order roam --order-option weight_update_scheduler=false --node-limit 16");
   ASSERT_EQ(r.exit_code, 0) << r.err;

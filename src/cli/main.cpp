@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "roam/analysis.h"
@@ -105,11 +106,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 /// --order-option / --layout-option KEY=VALUE (repeatable) and --node-limit: the roam planners'
 /// knobs (roam::extra_option_specs), recorded in the plan's method.options.extra.
 void add_planner_knobs(CLI::App* cmd, std::vector<std::string>& order_options,
-                       std::vector<std::string>& layout_options, int64_t& node_limit) {
+                       std::vector<std::string>& layout_options, std::optional<int64_t>& node_limit) {
   std::string order_keys, layout_keys;
   for (const roam::ExtraOptionSpec& s : roam::extra_option_specs()) {
     std::string& keys = std::string(s.kind) == "order" ? order_keys : layout_keys;
     keys += std::string("\n  ") + s.key + " (" + s.type + "): " + s.help;
+    if (std::string(s.type) == "int" || std::string(s.type) == "number") {
+      keys += " [" + std::to_string(static_cast<int64_t>(s.min)) + ", " +
+              std::to_string(static_cast<int64_t>(s.max)) + "]";
+    }
   }
   cmd->add_option("--order-option", order_options,
                   "KEY=VALUE knob of --order roam (repeatable):" + order_keys)
@@ -118,26 +123,49 @@ void add_planner_knobs(CLI::App* cmd, std::vector<std::string>& order_options,
                   "KEY=VALUE knob of --layout roam (repeatable):" + layout_keys)
       ->type_name("KEY=VALUE");
   cmd->add_option("--node-limit", node_limit,
-                  "most storages per leaf subgraph of --layout roam (the paper's node_limit; "
-                  "same as --layout-option node_limit=N)");
+                  "most storages per leaf subgraph of --layout roam, >= 2 (the paper's "
+                  "node_limit; default 4096; same as --layout-option node_limit=N)");
 }
 
+/// Fills options.extra from the knobs; `orders` / `layouts`: the methods the verb will run
+/// (a knob for a roam planner that none of them is, is a usage error rather than ignored).
 void set_planner_knobs(const std::vector<std::string>& order_options,
-                       const std::vector<std::string>& layout_options, int64_t node_limit,
+                       const std::vector<std::string>& layout_options,
+                       const std::optional<int64_t>& node_limit,
+                       const std::vector<std::string>& orders, const std::vector<std::string>& layouts,
                        roam::PlanOptions& options) {
+  auto runs_roam = [](const std::vector<std::string>& methods) {
+    return methods.empty() || std::find(methods.begin(), methods.end(), "roam") != methods.end() ||
+           std::find(methods.begin(), methods.end(), "auto") != methods.end();
+  };
+  if (!order_options.empty() && !runs_roam(orders)) {
+    throw CLI::ValidationError("--order-option", "applies to the roam order only (--order roam or auto)");
+  }
+  if ((!layout_options.empty() || node_limit) && !runs_roam(layouts)) {
+    throw CLI::ValidationError(node_limit ? "--node-limit" : "--layout-option",
+                               "applies to the roam layout only (--layout roam or auto)");
+  }
   try {
     for (const auto& [kind, list] : {std::pair{"order", &order_options}, {"layout", &layout_options}}) {
       for (const std::string& a : *list) {
         auto [key, value] = roam::parse_extra_option(a, kind);
+        if (options.extra.contains(key)) {
+          throw std::invalid_argument(std::string("--") + kind + "-option " + key + ": given twice");
+        }
         options.extra[key] = value;
       }
     }
-    if (node_limit != 0) {
-      options.extra["node_limit"] =
-          roam::parse_extra_option("node_limit=" + std::to_string(node_limit), "layout").second;
-    }
   } catch (const std::invalid_argument& e) {
     throw CLI::ValidationError(e.what());
+  }
+  if (node_limit) {
+    if (options.extra.contains("node_limit")) {
+      throw CLI::ValidationError("--node-limit", "given twice (also as --layout-option node_limit)");
+    }
+    if (*node_limit < 2 || *node_limit > 1000000000) {
+      throw CLI::ValidationError("--node-limit", "must be an integer in [2, 1000000000]");
+    }
+    options.extra["node_limit"] = *node_limit;
   }
 }
 
@@ -165,6 +193,11 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
     std::cout << "reserved       " << mib(r.reserved_bytes)
               << " MiB (caching-allocator segments; held = resident + reserved = "
               << mib(st.resident_bytes + r.reserved_bytes) << " MiB)\n";
+  }
+  const auto& ostats = r.plan.options;
+  if (ostats.contains("order_stats") && ostats["order_stats"].value("time_limit_hit", false)) {
+    std::cout << "note           the time limit stopped a search: the order is valid but may not "
+                 "be the best roam finds with more time (--time-limit)\n";
   }
   std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
             << "lower bound    " << mib(st.lower_bound_bytes) << " MiB (Tp / bound = "
@@ -334,9 +367,9 @@ int main(int argc, char** argv) {
 
   std::string graph_path, plan_path, out_path;
   roam::PlanRequest req;
-  const std::string order_help = "operator order: auto (best Tp of the baselines), " +
+  const std::string order_help = "operator order: auto (= roam, never worse than a baseline), " +
                                  join(roam::order_methods());
-  const std::string layout_help = "arena layout: auto (smallest arena of the planners), " +
+  const std::string layout_help = "arena layout: auto (= roam, never worse than a baseline), " +
                                   join(roam::layout_methods());
 
   CLI::App* plan = app.add_subcommand(
@@ -360,7 +393,7 @@ int main(int argc, char** argv) {
                    "wall-clock budget of the roam planners, seconds")
       ->capture_default_str();
   std::vector<std::string> order_options, layout_options;
-  int64_t node_limit = 0;
+  std::optional<int64_t> node_limit;
   add_planner_knobs(plan, order_options, layout_options, node_limit);
 
   CLI::App* validate = app.add_subcommand(
@@ -409,7 +442,13 @@ int main(int argc, char** argv) {
     if (plan->count("-o") > 0 && out_path.empty()) {
       throw CLI::ValidationError("-o", "needs a file name");
     }
-    set_planner_knobs(order_options, layout_options, node_limit, req.options);
+    if (*plan) {
+      set_planner_knobs(order_options, layout_options, node_limit, {req.order}, {req.layout},
+                        req.options);
+    } else if (*compare) {
+      set_planner_knobs(order_options, layout_options, node_limit, creq.orders, creq.layouts,
+                        req.options);
+    }
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;

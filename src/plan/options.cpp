@@ -1,4 +1,5 @@
 // The table of roam planner knobs (PlanOptions::extra) and the KEY=VALUE parser of the CLI.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
@@ -21,7 +22,10 @@ const std::vector<ExtraOptionSpec>& extra_option_specs() {
       {"exact_node_limit", "order", "int", 1, 256, "largest segment (ops) searched exactly"},
       {"exact_state_limit", "order", "int", 0, 1e12, "exact-search states per segment"},
       {"local_search_swaps", "order", "int", 0, 1e12, "local-search swaps per variant"},
-      {"return_variant", "order", "string", 0, 0, "diagnostics: return this roam candidate"},
+      {"return_variant", "order", "string", 0, 0,
+       "diagnostics: return this roam candidate as is (roam-scheduled, roam-scheduled-r0, "
+       "roam-scheduled-r2, roam-earliest, roam-latest, roam-free; when it was not run, the "
+       "usual result)"},
       {"node_limit", "layout", "int", 2, 1e9, "most storages per leaf subgraph"},
       {"search_node_limit", "layout", "int", 1, 1e12,
        "search nodes per probe of the exact layout solver"},
@@ -52,7 +56,15 @@ std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& ass
     throw std::invalid_argument(where + ": expected true or false, got '" + value + "'");
   }
   if (type == "string") {
-    if (value.empty()) throw std::invalid_argument(where + ": empty value");
+    // The only string knob names a roam order candidate (include/roam/roam_order.h).
+    static const std::vector<std::string> variants = {"roam-scheduled", "roam-scheduled-r0",
+                                                      "roam-scheduled-r2", "roam-earliest",
+                                                      "roam-latest", "roam-free"};
+    if (std::find(variants.begin(), variants.end(), value) == variants.end()) {
+      std::string list;
+      for (const auto& v : variants) list += (list.empty() ? "" : ", ") + v;
+      throw std::invalid_argument(where + ": '" + value + "' is not a candidate (" + list + ")");
+    }
     return {key, value};
   }
   auto out_of_range = [&] {
