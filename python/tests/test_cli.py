@@ -112,3 +112,24 @@ def test_zoo_model_fake_mode_with_progress(tmp_path):
     fwd = [op["target"] for op in g["ops"] if op["phase"] == "forward"]
     assert fwd.count("aten.masked_fill.Scalar") == 12 and fwd.count("aten._softmax.default") == 12
     assert fwd.count("aten.native_layer_norm.default") == 2 * 12 + 1
+
+
+def test_input_too_small_for_the_model_exits_2_with_one_line(tmp_path):
+    # resnet18 at 32x32 reaches its BatchNorm after the last stage with 1x1 spatial size: one
+    # value per channel at batch 1, which PyTorch refuses in training mode.
+    out = tmp_path / "x.json.gz"
+    r = _run(["--model", "resnet18", "--batch-size", "1", "--image-size", "32", "-o", str(out)],
+             cwd=str(tmp_path))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--image-size 32" in lines[0] and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_list_models_into_a_closed_pipe(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYTHON_DIR
+    r = subprocess.run(f"'{sys.executable}' -m roam.capture --list-models | head -1",
+                       shell=True, cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.stdout.strip() and "Error" not in r.stderr

@@ -103,7 +103,8 @@ void add_layout_verb(CLI::App& app, Verbs& verbs) {
       "independently, print the height, the live-size lower bound and seconds, and write the CSV "
       "with an offset column with -o. With --capacity it must fit (exit 1 if not); otherwise "
       "(--minimize, the default) it finds the smallest height it can and says whether it equals "
-      "the lower bound.");
+      "the lower bound.\nExit 0 solved, 1 no solution at --capacity, 2 bad input (nothing "
+      "written), 3 internal error.");
   cmd->add_option("--csv", args.csv, "input CSV file")->required();
   cmd->add_option("-o,--output", args.out, "solution CSV to write (atomically)");
   auto* capo = cmd->add_option("--capacity", args.capacity, "memory capacity (same unit as size)");

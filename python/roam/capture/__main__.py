@@ -69,7 +69,10 @@ def main(argv=None) -> int:
 
     from .models import model_names
     if args.list_models:
-        print("\n".join(model_names()))
+        try:
+            print("\n".join(model_names()), flush=True)
+        except BrokenPipeError:  # e.g. `| head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     if not args.model or not args.output:
         parser.print_usage(sys.stderr)
@@ -110,6 +113,14 @@ def main(argv=None) -> int:
     except CaptureError as e:
         print(f"error: capture of {args.model} failed: {e}", file=sys.stderr)
         return 1
+    except (ValueError, RuntimeError) as e:
+        # Raised by the model's own training step on this input (e.g. BatchNorm with one value
+        # per channel, or a pooling output below 1x1 when --image-size is too small).
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {args.model} cannot run a training step on a batch of "
+              f"{args.batch_size} at --image-size {args.image_size}: {first} (try a larger "
+              f"--image-size or --batch-size)", file=sys.stderr)
+        return 2
     write_graph(res.graph, args.output)
     s = summary(res.graph)
     if not args.quiet:
