@@ -351,6 +351,25 @@ TEST(BadInput, TruncatedGzipAndDeepNesting) {
   }
 }
 
+// A recorded lower bound at or below the one roam proves is a proven bound too (e.g. a plan
+// written by an older, weaker bound): valid. One above it is not proven: invalid.
+TEST(BadInput, PlanLowerBoundMayBeWeakerNeverStronger) {
+  const roam::Graph g = roamtest::load_fixture("alias_output.json");  // bound 800 = best Tp
+  const roam::PlanResult r = roam::make_plan(g, roamtest::request("program", "llfb", 1));
+  json plan = roam::plan_to_json(g, r.plan);
+  ASSERT_EQ(plan["stats"]["lower_bound_bytes"], 800);
+  for (const uint64_t lb : {uint64_t{0}, uint64_t{700}, uint64_t{800}}) {
+    plan["stats"]["lower_bound_bytes"] = lb;
+    EXPECT_TRUE(roam::validate_plan(g, plan, "p.json").valid) << lb;
+  }
+  plan["stats"]["lower_bound_bytes"] = 801;
+  const roam::ValidationReport rep = roam::validate_plan(g, plan, "p.json");
+  EXPECT_FALSE(rep.valid);
+  ASSERT_FALSE(rep.problems.empty());
+  EXPECT_NE(rep.problems.front().find("above the bound proven here (800)"), std::string::npos)
+      << rep.problems.front();
+}
+
 TEST(BadInput, PlanAlignmentAndOffsetsCannotOverflow) {
   const roam::Graph g = base().parse(kFile);
   const roam::PlanResult r = roam::make_plan(g, {"program", "llfb", roam::PlanOptions{64}}, 0);

@@ -22,8 +22,9 @@ struct ValidationReport {
 /// Checks a roam-plan v1 document against `g`. Throws InputError (naming `file`, the field and
 /// the id) when the document is unreadable: not an object, wrong format/version, fields of the
 /// wrong type. Everything else (order not a valid permutation, dependency violated, missing or
-/// misaligned offset, overlapping live storages, stats that differ from the recount) makes the
-/// plan invalid, with the problems listed.
+/// misaligned offset, overlapping live storages, stats that differ from the recount, a
+/// lower_bound_bytes above the bound roam::lower_bound proves -- a lower one is accepted, as any
+/// proven bound is) makes the plan invalid, with the problems listed.
 ValidationReport validate_plan(const Graph& g, const nlohmann::json& plan, const std::string& file);
 
 }  // namespace roam

@@ -41,6 +41,10 @@ constexpr uint64_t kUnknown = ~uint64_t{0};
 constexpr int32_t kPairOps = 8;
 constexpr size_t kPairPartners = 24;
 constexpr int64_t kPairBudget = 96;
+// Single-cut budget: about kCutWork / (ops + edges) ops considered, at least kMinCuts (a cut
+// costs a few times ops + edges; a 5,000-op random DAG gets 28 cuts, about 6 ms each).
+constexpr double kCutWork = 5e5;
+constexpr double kMinCuts = 8;
 
 class CutBound {
  public:
@@ -242,56 +246,69 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
   if (n == 0) return 0;
   const auto must = lower_bound_per_op(g, alignment);
   uint64_t best = *std::max_element(must.begin(), must.end());
-  // ub[v]: bytes live at v's step in a concrete order, an upper bound on min_live(v);
-  // known_tp: the smallest Tp of those orders.
-  std::vector<uint64_t> ub = live_bytes_at_ops(g, g.program_order(), alignment);
-  uint64_t known_tp = *std::max_element(ub.begin(), ub.end());
-  auto add_order = [&](const Order& o) {
-    const auto h = live_bytes_at_ops(g, o, alignment);
+  // ub0[v]: bytes live at v's step in the program or the lescea order (an upper bound on
+  // min_live(v) that does not depend on `hint`); ub[v]: the same with `hint` too; known_tp:
+  // the smallest Tp of those orders.
+  std::vector<uint64_t> ub0 = live_bytes_at_ops(g, g.program_order(), alignment);
+  uint64_t known_tp = *std::max_element(ub0.begin(), ub0.end());
+  if (known_tp <= best) return best;  // the program order is optimal
+  {
+    const auto h = live_bytes_at_ops(g, order_lescea(g, alignment), alignment);
+    known_tp = std::min(known_tp, *std::max_element(h.begin(), h.end()));
+    for (OpIdx v = 0; v < n; ++v) ub0[v] = std::min(ub0[v], h[v]);
+  }
+  std::vector<uint64_t> ub = ub0;
+  if (hint != nullptr) {
+    const auto h = live_bytes_at_ops(g, *hint, alignment);
     known_tp = std::min(known_tp, *std::max_element(h.begin(), h.end()));
     for (OpIdx v = 0; v < n; ++v) ub[v] = std::min(ub[v], h[v]);
-  };
-  if (hint != nullptr) add_order(*hint);
-  // A greedy low-Tp order usually leaves far fewer ops to cut than the program order does
-  // (BERT-base b1 from the program order alone: 1225 cuts).
-  bool have_lescea = false;
-  auto add_lescea = [&] {
-    if (!have_lescea) add_order(order_lescea(g, alignment));
-    have_lescea = true;
-  };
-  std::vector<OpIdx> todo;
+  }
+  if (known_tp <= best) return best;
+  // Single cuts, most promising first (by ub0), at most `budget` ops considered: the ops
+  // considered, and so the result, do not depend on `hint`; the hint only lets a cut be
+  // skipped where it cannot raise the maximum (min_live(v) <= ub[v] <= best).
+  size_t edges = 0;
+  for (const auto& p : g.preds) edges += p.size();
+  const auto budget = static_cast<int64_t>(
+      std::clamp<double>(kCutWork / static_cast<double>(n + edges + 1), kMinCuts, n));
+  std::vector<OpIdx> order;
   for (OpIdx v = 0; v < n; ++v) {
-    if (ub[v] > best && ub[v] > must[v]) todo.push_back(v);
+    if (ub0[v] > best && ub0[v] > must[v]) order.push_back(v);
   }
-  if (!todo.empty()) {
-    add_lescea();
-    std::erase_if(todo, [&](OpIdx v) { return ub[v] <= best || ub[v] <= must[v]; });
-  }
-  std::sort(todo.begin(), todo.end(), [&](OpIdx a, OpIdx b) { return ub[a] != ub[b] ? ub[a] > ub[b] : a < b; });
+  std::sort(order.begin(), order.end(), [&](OpIdx a, OpIdx b) { return ub0[a] != ub0[b] ? ub0[a] > ub0[b] : a < b; });
   CutBound cut(g, alignment);
   std::vector<uint64_t> exact(n, kUnknown);  // min_live where computed
-  for (OpIdx v : todo) {
-    if (ub[v] <= best) break;  // min_live(v) <= ub[v] <= best: the maximum cannot change
+  std::vector<char> considered(n, 0);
+  int64_t used = 0;
+  for (OpIdx v : order) {
+    if (ub0[v] <= best || used == budget) break;
+    ++used;
+    considered[v] = 1;
+    if (ub[v] <= best) continue;
     exact[v] = cut.min_live(v);
     best = std::max(best, exact[v]);
   }
   // Pair refinement, only where no known order reaches the bound (otherwise it is optimal and
-  // no bound can exceed it). The ops it refines, the argmax ops of min_live, and their partners
-  // do not depend on `hint`, so neither does the result.
-  if (known_tp <= best) return best;
-  add_lescea();
+  // no bound can exceed it), on the first kPairOps ops (by index) whose min_live is the bound,
+  // among the ops considered and those whose must-live bytes are the bound.
   if (known_tp <= best) return best;
   const uint64_t single = best;
   int32_t refined = 0;
   int64_t pairs = 0;
-  for (OpIdx v = 0; v < n && refined < kPairOps; ++v) {
-    if (ub[v] < single) continue;  // min_live(v) <= ub[v] < single
-    if (exact[v] == kUnknown) exact[v] = must[v] == single ? single : cut.min_live(v);
+  const int64_t pair_budget = std::min<int64_t>(kPairBudget, budget);
+  for (OpIdx v = 0; v < n && refined < kPairOps && pairs < pair_budget; ++v) {
+    if (must[v] == single) {
+      exact[v] = single;
+    } else if (!considered[v] || ub[v] < single) {
+      continue;  // not considered, or min_live(v) <= ub[v] < single
+    } else if (exact[v] == kUnknown) {
+      exact[v] = cut.min_live(v);
+    }
     if (exact[v] != single) continue;
     ++refined;
     std::vector<OpIdx> near;
     cut.min_live(v, -1, -1, &near);
-    for (size_t k = 0; k < near.size() && k < kPairPartners && pairs < kPairBudget; ++k, ++pairs) {
+    for (size_t k = 0; k < near.size() && k < kPairPartners && pairs < pair_budget; ++k, ++pairs) {
       best = std::max(best, cut.pair_bound(v, near[k], best));
     }
   }

@@ -208,7 +208,14 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   check("theoretical_peak_bytes", st.theoretical_peak_bytes);
   check("arena_bytes", st.arena_bytes);
   check("peak_bytes", st.peak_bytes);
-  check("lower_bound_bytes", st.lower_bound_bytes);
+  // Any proven bound will do: a recorded bound at or below the one recomputed here (e.g. from
+  // an older, weaker bound) is still a lower bound on every order's Tp; one above it is not
+  // proven.
+  const uint64_t claimed = r.get_u64(jstats["lower_bound_bytes"], "stats.lower_bound_bytes", "");
+  if (claimed > st.lower_bound_bytes) {
+    problem("stats.lower_bound_bytes: plan says " + std::to_string(claimed) +
+            ", above the bound proven here (" + std::to_string(st.lower_bound_bytes) + ")");
+  }
   const double frag = jstats["fragmentation"].get<double>();
   if (std::fabs(frag - st.fragmentation) > 1e-9 * std::max(1.0, std::fabs(st.fragmentation))) {
     std::ostringstream os;
