@@ -20,7 +20,7 @@ namespace {
 struct LayoutArgs {
   std::string csv;
   std::string out;
-  uint64_t capacity = 0;
+  int64_t capacity = 0;
   bool minimize = false;
   int threads = 1;
   double time_limit = 60;
@@ -49,7 +49,7 @@ int run_layout(const LayoutArgs& a, const CLI::App& cmd) {
   std::string verdict;
   if (have_capacity) {
     progress("solving at capacity " + std::to_string(a.capacity));
-    const AllocResult r = solve_allocation(p.buffers, a.capacity, opt);
+    const AllocResult r = solve_allocation(p.buffers, static_cast<uint64_t>(a.capacity), opt);
     if (r.status != AllocStatus::kFeasible) {
       std::cout << "buffers        " << p.buffers.size() << "\n"
                 << "capacity       " << a.capacity << "\n"
@@ -78,7 +78,7 @@ int run_layout(const LayoutArgs& a, const CLI::App& cmd) {
                     "infeasible)"
                   : "minimized: height above the lower bound, not proven optimal";
   }
-  const uint64_t cap = have_capacity ? a.capacity : height;
+  const uint64_t cap = have_capacity ? static_cast<uint64_t>(a.capacity) : height;
   const std::string problem = check_allocation(p.buffers, offsets, cap);
   if (!problem.empty()) throw InternalError("the layout fails the independent check: " + problem);
   if (!a.out.empty()) write_layout_csv(a.out, p, offsets);
@@ -101,13 +101,15 @@ void add_layout_verb(CLI::App& app, Verbs& verbs) {
       "Solve a layout-only problem (MiniMalloc CSV: id, lower, upper exclusive (or legacy end "
       "inclusive), size, optional alignment): find an offset per buffer, check the solution "
       "independently, print the height, the live-size lower bound and seconds, and write the CSV "
-      "with an offset column with -o. With --capacity it must fit (exit 1 if not); otherwise "
+      "with an offset column with -o (an offset or hint column in the input is ignored: the "
+      "problem is solved anew). With --capacity it must fit (exit 1 if not); otherwise "
       "(--minimize, the default) it finds the smallest height it can and says whether it equals "
       "the lower bound.\nExit 0 solved, 1 no solution at --capacity, 2 bad input (nothing "
       "written), 3 internal error.");
   cmd->add_option("--csv", args.csv, "input CSV file")->required();
   cmd->add_option("-o,--output", args.out, "solution CSV to write (atomically)");
-  auto* capo = cmd->add_option("--capacity", args.capacity, "memory capacity (same unit as size)");
+  auto* capo = cmd->add_option("--capacity", args.capacity, "memory capacity (same unit as size)")
+                   ->check(CLI::Range(int64_t{1}, int64_t{1} << 62));
   auto* mino = cmd->add_flag("--minimize", args.minimize, "find the smallest height (default)");
   capo->excludes(mino);
   mino->excludes(capo);
@@ -115,9 +117,9 @@ void add_layout_verb(CLI::App& app, Verbs& verbs) {
                   "portfolio threads (the result is the same for any count)")
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--time-limit", args.time_limit, "wall-clock limit in seconds")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::Range(1e-3, 1e6))->capture_default_str();
   cmd->add_option("--search-node-limit", args.node_limit, "search nodes per portfolio search and probe")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 62))->capture_default_str();
   verbs.push_back({cmd, [cmd] { return run_layout(args, *cmd); }});
 }
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -176,6 +177,12 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   }
   check_method("--order", req.order, roam::order_methods());
   check_method("--layout", req.layout, roam::layout_methods());
+  if (!out_path.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(graph_path, out_path, ec)) {
+      throw roam::InputError(out_path, "-o", "", "is the graph file itself; choose another name");
+    }
+  }
   const roam::Graph g = load(graph_path);
   progress("planning (order " + req.order + ", layout " + req.layout + ")");
   const roam::PlanResult r = roam::make_plan(g, req);
@@ -327,7 +334,10 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
     nlohmann::json doc = {{"graph", g.name}, {"ops", g.ops.size()}, {"storages", g.storages.size()},
                           {"resident_bytes", g.resident_bytes}, {"lower_bound_bytes", lb},
                           {"lower_bound_seconds", lb_seconds}, {"alignment", alignment},
-                          {"reference_held_bytes", ref_peak}, {"rows", nlohmann::json::array()}};
+                          {"reference_held_bytes", ref_peak}, {"rows", nlohmann::json::array()},
+                          {"options", {{"threads", options.threads},
+                                       {"time_limit_seconds", options.time_limit_seconds},
+                                       {"extra", options.extra}}}};
     for (const Row& row : rows) {
       const roam::PlanStats& st = row.r.plan.stats;
       doc["rows"].push_back({{"order", row.r.plan.order_method},
@@ -436,8 +446,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     check_alignment(req.options.alignment);
-    if (!std::isfinite(req.options.time_limit_seconds) || req.options.time_limit_seconds <= 0) {
-      throw CLI::ValidationError("--time-limit", "must be a positive number of seconds");
+    if (!std::isfinite(req.options.time_limit_seconds) || req.options.time_limit_seconds <= 0 ||
+        req.options.time_limit_seconds > 1e6) {
+      throw CLI::ValidationError("--time-limit", "must be a positive number of seconds, at most 1e6");
     }
     if (plan->count("-o") > 0 && out_path.empty()) {
       throw CLI::ValidationError("-o", "needs a file name");

@@ -1108,7 +1108,8 @@ Portfolio run_portfolio(const Prepared& p, int64_t cap, const AllocSolveOptions&
   const bool use_deadline = options.time_limit_seconds > 0;
   const auto deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(
-               std::chrono::duration<double>(use_deadline ? options.time_limit_seconds : 0));
+               // at most 1e9 s: more would overflow the clock's nanoseconds
+               std::chrono::duration<double>(use_deadline ? std::min(options.time_limit_seconds, 1e9) : 0));
   const int64_t node_limit =
       options.node_limit > 0 ? options.node_limit : std::numeric_limits<int64_t>::max() / 2;
   constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
