@@ -279,8 +279,11 @@ constexpr int64_t kDefaultRoamNodeLimit = 4096;
 ///     minimize_allocation in time-sweep mode with good_enough = Tp of the whole order and the
 ///     best baseline restricted to the leaf as a start: dives of the portfolio (a bottom-up time
 ///     sweep, which reaches Tp on the paper graphs), then probes of the exact search at Tp and
-///     bisection up to the leaf's share of the baseline (at most 4 probes). All leaves of all
-///     windows are solved in parallel over `threads`.
+///     bisection up to the leaf's share of the baseline (at most 4 probes). Where that stops
+///     above Tp, the portfolio's most-constrained-cell mode (the MiniMalloc benchmarks' mode)
+///     continues from its result with unlimited probes and at least 2,000,000 search nodes per
+///     probe, within the time limit (ViT-B/16 b1 with the roam order: 0.79% -> 0.00%). All
+///     leaves of all windows are solved in parallel over `threads`.
 ///  5. Concatenation and repair (subgraph_tree_allocation steps 3-4). Assignment rule: a shared
 ///     storage takes its offset from the leaf where it is created (where it is CIFO). Why: an
 ///     address is fixed when the storage is allocated, so the leaf that runs its producer is the
