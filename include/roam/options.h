@@ -30,6 +30,8 @@ struct ExtraOptionSpec {
   const char* help;
 };
 const std::vector<ExtraOptionSpec>& extra_option_specs();
+/// The spec of `key`; throws std::invalid_argument for an unknown key.
+const ExtraOptionSpec& extra_option_spec(const std::string& key);
 
 /// Parses "KEY=VALUE" for `kind` ("order" or "layout"): VALUE becomes the spec's type (true /
 /// false, an integer, a number or a string) and is range-checked. Throws std::invalid_argument

@@ -51,6 +51,12 @@ class CutBound {
   CutBound(const Graph& g, uint64_t alignment)
       : g_(g), alignment_(alignment), cls_(g.num_ops(), kIncomparable), node_(g.num_ops(), -1) {}
 
+  /// Neither of v and w reaches the other.
+  bool incomparable(OpIdx v, OpIdx w) {
+    classify(v, -1, -1);
+    return cls_[w] == kIncomparable;
+  }
+
   /// min over valid orders of the bytes live at v's step; with `before` (an op incomparable to
   /// v) only over the orders that run it by v's step, with `after` only over those that run it
   /// later. With `near`, also lists the ops incomparable to v that make or use a storage whose
@@ -213,32 +219,14 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_b
       (run_before >= 0 && run_before == run_after)) {
     throw std::invalid_argument("min_live_at_op: op index out of range");
   }
+  CutBound cut(g, alignment);
   for (OpIdx w : {run_before, run_after}) {
-    if (w < 0) continue;
-    // w must be incomparable to v: neither reaches the other.
-    std::vector<char> seen(n, 0);
-    std::vector<OpIdx> stack{v};
-    bool comparable = w == v;
-    for (const auto* edges : {&g.preds, &g.succs}) {
-      std::fill(seen.begin(), seen.end(), 0);
-      stack.assign(1, v);
-      while (!stack.empty() && !comparable) {
-        const OpIdx x = stack.back();
-        stack.pop_back();
-        for (OpIdx y : (*edges)[x]) {
-          if (seen[y]) continue;
-          seen[y] = 1;
-          comparable = comparable || y == w;
-          stack.push_back(y);
-        }
-      }
-    }
-    if (comparable) {
+    if (w >= 0 && !cut.incomparable(v, w)) {
       throw std::invalid_argument("min_live_at_op: op " + g.ops[w].id + " is not incomparable to op " +
                                   g.ops[v].id);
     }
   }
-  return CutBound(g, alignment).min_live(v, run_before, run_after);
+  return cut.min_live(v, run_before, run_after);
 }
 
 uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {

@@ -163,8 +163,11 @@ void set_planner_knobs(const std::vector<std::string>& order_options,
     if (options.extra.contains("node_limit")) {
       throw CLI::ValidationError("--node-limit", "given twice (also as --layout-option node_limit)");
     }
-    if (*node_limit < 2 || *node_limit > 1000000000) {
-      throw CLI::ValidationError("--node-limit", "must be an integer in [2, 1000000000]");
+    const roam::ExtraOptionSpec& spec = roam::extra_option_spec("node_limit");
+    if (static_cast<double>(*node_limit) < spec.min || static_cast<double>(*node_limit) > spec.max) {
+      throw CLI::ValidationError("--node-limit", "must be an integer in [" +
+                                                     std::to_string(static_cast<int64_t>(spec.min)) + ", " +
+                                                     std::to_string(static_cast<int64_t>(spec.max)) + "]");
     }
     options.extra["node_limit"] = *node_limit;
   }

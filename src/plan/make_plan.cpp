@@ -80,9 +80,12 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   PlanRequest with_order = req;
   with_order.order = order_method;
-  // The order is the hint that lets the cut bound skip most ops (it does not change the value).
+  // The roam order computed the bound already; otherwise the order is the hint that lets the
+  // cut bound skip most ops (the value is the same either way).
   const uint64_t lb = lower_bound_bytes ? *lower_bound_bytes
-                                        : lower_bound(g, req.options.alignment, &order);
+                      : order_stats.contains("lower_bound")
+                          ? order_stats["lower_bound"].get<uint64_t>()
+                          : lower_bound(g, req.options.alignment, &order);
   PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
   if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
   if (req.order == "auto" || req.layout == "auto") {

@@ -33,6 +33,13 @@ const std::vector<ExtraOptionSpec>& extra_option_specs() {
   return specs;
 }
 
+const ExtraOptionSpec& extra_option_spec(const std::string& key) {
+  for (const ExtraOptionSpec& s : extra_option_specs()) {
+    if (key == s.key) return s;
+  }
+  throw std::invalid_argument("unknown planner option '" + key + "'");
+}
+
 std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& assignment,
                                                           const std::string& kind) {
   const size_t eq = assignment.find('=');
