@@ -63,11 +63,17 @@ struct Op {
   std::vector<TensorIdx> outputs;
   std::vector<OpIdx> after;      // control dependencies
   std::optional<double> cost;    // seconds
+  uint64_t workspace = 0;        // bytes the op allocates internally, live at its step only
+  bool recomputable = false;     // may run again later with bit-identical outputs (plan v2)
+  std::string module;            // informational: path of the module that ran it
 };
 
-/// A non-resident root storage of non-zero size: what the arena must place.
+/// What the arena must place: a non-resident root storage of non-zero size, or the `workspace`
+/// of an op (GRAPH_FORMAT.md "Liveness": a storage of its own, live at that op's step only).
+/// Workspace storages come after every tensor storage.
 struct Storage {
-  TensorIdx root = -1;
+  TensorIdx root = -1;           // -1 for a workspace
+  OpIdx workspace_of = -1;       // the op whose workspace it is; -1 for a tensor storage
   uint64_t size = 0;             // bytes, unrounded
   OpIdx producer = -1;
   std::vector<OpIdx> users;      // ops listing the root or an alias of it (inputs or outputs),
@@ -84,7 +90,9 @@ struct Graph {
   std::vector<TensorIdx> outputs;          // graph outputs
 
   // ---- derived by finalize() ----
-  std::vector<Storage> storages;           // in order of producer, then output position
+  std::vector<Storage> storages;           // tensor storages in order of producer, then output
+                                           // position; then workspaces in program order
+  int32_t num_tensor_storages = 0;         // storages[0, num_tensor_storages) are tensors'
   std::vector<StorageIdx> storage_of;      // per tensor: its root's storage, -1 when resident/empty
   std::vector<std::vector<OpIdx>> preds;   // per op: unique dependency predecessors (data + after)
   std::vector<std::vector<OpIdx>> succs;   // per op: unique successors
@@ -96,6 +104,8 @@ struct Graph {
   int32_t num_ops() const { return static_cast<int32_t>(ops.size()); }
   int32_t num_storages() const { return static_cast<int32_t>(storages.size()); }
   bool is_resident(TensorIdx t) const { return tensors[tensors[t].root].role != Role::kNone; }
+  /// A readable name of a storage: its root tensor's id, or "workspace of op '<id>'".
+  std::string storage_name(StorageIdx s) const;
   /// Program order: 0, 1, ..., n-1.
   Order program_order() const;
 };
@@ -108,6 +118,13 @@ Graph parse_graph(const nlohmann::json& doc, const std::string& file);
 /// Reads `path` (plain JSON or gzip when it ends in .gz, or any gzip stream) and parses it.
 /// Throws InputError when the file cannot be read or is not valid JSON.
 Graph load_graph(const std::string& path);
+
+/// Derives what parse_graph derives (producers, alias roots, dependency edges, storages,
+/// workspaces, resident bytes) for a graph built in memory from `tensors` (id, size, role,
+/// alias_of), `ops` (in program order) and `outputs`. Throws InputError, naming `file`, for the
+/// rules parse_graph checks there (two producers, alias cycles, dependency cycles, an op listed
+/// before one it depends on, sizes overflowing). Used for the instance graphs of plan version 2.
+void finalize_graph(Graph& g, const std::string& file);
 
 /// Serialises a graph back to roam-graph v1 (used by tests and tools).
 nlohmann::json graph_to_json(const Graph& graph);

@@ -22,13 +22,21 @@ struct PlanStats {
   uint64_t lower_bound_bytes = 0;       // proven lower bound on Tp over all valid orders
   double fragmentation = 0.0;           // arena / Tp - 1 (0 when Tp is 0)
   double solve_seconds = 0.0;
+  // Version 2 (GRAPH_FORMAT.md "Plan version 2: rematerialization") only:
+  double recompute_seconds = 0.0;       // sum of `cost` over recomputations (ops without cost: 0)
+  double compute_seconds = 0.0;         // sum of `cost` over every op once
+  uint64_t recomputations = 0;          // appearances that are recomputations
 };
 
 struct Plan {
   std::string graph;                    // graph name
   uint64_t alignment = 64;              // bytes, a power of two
-  Order order;
-  std::vector<uint64_t> offsets;        // per StorageIdx, bytes
+  int version = 1;                      // 2 when an op appears more than once in `order`
+  Order order;                          // op indices; in version 2 an op may repeat
+  std::vector<uint64_t> offsets;        // per StorageIdx, bytes: instance 0 (the first run's)
+  /// Version 2: per StorageIdx, the offsets of instances 1, 2, ... (a tensor storage's
+  /// `recompute_offsets`; a workspace's later entries of `workspace_offsets`). Empty in version 1.
+  std::vector<std::vector<uint64_t>> recompute_offsets;
   PlanStats stats;
   std::string order_method;
   std::string layout_method;
@@ -39,6 +47,9 @@ struct Plan {
 PlanStats compute_stats(const Graph& g, const Order& order, const std::vector<uint64_t>& offsets,
                         uint64_t alignment, uint64_t lower_bound, double solve_seconds);
 
+/// The plan as a roam-plan document: version 1, or version 2 when plan.version is 2 (then
+/// `recompute_offsets` and the version-2 stats are written too). Workspace storages go to
+/// `workspace_offsets` (op id -> one offset per appearance).
 nlohmann::json plan_to_json(const Graph& g, const Plan& plan);
 
 }  // namespace roam

@@ -19,12 +19,44 @@ struct ValidationReport {
   PlanStats recomputed;               // stats recomputed from the graph, order and offsets
 };
 
-/// Checks a roam-plan v1 document against `g`. Throws InputError (naming `file`, the field and
+/// The instance graph of a schedule (GRAPH_FORMAT.md "Plan version 2: rematerialization"):
+/// one op per appearance, in schedule order (its program order); each appearance binds a new
+/// instance of every root it outputs (tensor id "t" for instance 0, "t#k" for instance k, k =
+/// the appearance's index among the op's appearances) and binds every alias output to the
+/// instance its base is bound to at that step; every input reads the tensor it is bound to.
+/// Storages of the instance graph are the instances (and one workspace per appearance), so its
+/// liveness, Tp and arena are the plan's. A version-1 order gives a copy of `g`.
+struct InstanceGraph {
+  Graph graph;                      // finalized; no `after` edges (checked on the schedule)
+  std::vector<OpIdx> op_of;         // per instance-graph op: the op of `g`
+  std::vector<int32_t> appearance;  // per instance-graph op: 0 for the first run, 1, 2, ...
+  std::vector<TensorIdx> tensor_of; // per instance-graph tensor: the tensor of `g`
+  std::vector<int32_t> instance;    // per instance-graph tensor: appearance that created it
+  std::vector<std::string> problems;  // the first broken rules (at most 10); graph is empty then
+  size_t problem_count = 0;
+};
+
+/// Builds the instance graph of `schedule` (op indices of `g`, repeats allowed). Rules checked
+/// (each a problem): every op appears; a repeat only of an op with `recomputable: true`; every
+/// input resident or bound by an earlier appearance; an alias output's base bound; every
+/// appearance of v before every appearance of w when w lists v in `after`.
+InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule);
+
+/// A proven lower bound on Tp over every valid schedule, recomputation allowed (bytes, sizes
+/// rounded to `alignment`): each appearance of op v holds its inputs, outputs and workspace at
+/// its step, and the graph outputs are all live at the last step; the maximum of these.
+uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment);
+
+/// Checks a roam-plan v1 or v2 document against `g`. Throws InputError (naming `file`, the field and
 /// the id) when the document is unreadable: not an object, wrong format/version, fields of the
 /// wrong type. Everything else (order not a valid permutation, dependency violated, missing or
 /// misaligned offset, overlapping live storages, stats that differ from the recount, a
 /// lower_bound_bytes above the bound roam::lower_bound proves -- a lower one is accepted, as any
-/// proven bound is) makes the plan invalid, with the problems listed.
+/// proven bound is) makes the plan invalid, with the problems listed. Version 2: the schedule
+/// rules of instance_graph, an offset for every instance (`offsets`, `recompute_offsets`) and
+/// workspace appearance (`workspace_offsets`), the three recomputation stats, and a
+/// lower_bound_bytes at most recompute_lower_bound. Both versions: peak_bytes at most
+/// method.options.budget_bytes where the plan records a budget.
 ValidationReport validate_plan(const Graph& g, const nlohmann::json& plan, const std::string& file);
 
 }  // namespace roam

@@ -12,9 +12,17 @@ namespace {
 
 using nlohmann::json;
 
-// Largest total of tensor sizes we accept. Rounding every storage up to an alignment of up to
-// 2^20 bytes then cannot overflow uint64 for any graph with fewer than 2^40 tensors.
+// Largest total of sizes we accept, every root tensor and workspace counted rounded up to the
+// largest alignment any tool uses (2^30 bytes, the plan validator's limit): sums of aligned
+// sizes, offsets and arenas (at most that total) then never overflow, in uint64 or int64.
 constexpr uint64_t kMaxTotalBytes = uint64_t{1} << 62;
+constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
+
+// Adds `size` rounded up to kMaxAlignment to `total`; false when it goes over kMaxTotalBytes.
+bool add_size(uint64_t& total, uint64_t size) {
+  if (size > kMaxTotalBytes) return false;
+  return !__builtin_add_overflow(total, align_up(size, kMaxAlignment), &total) && total <= kMaxTotalBytes;
+}
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -175,8 +183,9 @@ void finalize(Graph& g, const Ctx& c) {
              "root tensor has no producer and no role (every non-resident root needs exactly "
              "one producing op)");
     }
-    if (x.alias_of < 0 && (__builtin_add_overflow(total, x.size, &total) || total > kMaxTotalBytes)) {
-      c.fail("tensors.size", x.id, "sizes overflow when summed (total exceeds 2^62 bytes)");
+    if (x.alias_of < 0 && !add_size(total, x.size)) {
+      c.fail("tensors.size", x.id,
+             "sizes overflow when summed (total exceeds 2^62 bytes, each rounded up to 2^30)");
     }
   }
 
@@ -282,6 +291,24 @@ void finalize(Graph& g, const Ctx& c) {
   for (TensorIdx t : g.outputs) {
     if (g.storage_of[t] >= 0) g.storages[g.storage_of[t]].graph_output = true;
   }
+
+  // Workspaces: one storage per op with a non-zero workspace, produced and used by that op only.
+  g.num_tensor_storages = g.num_storages();
+  for (OpIdx v = 0; v < n; ++v) {
+    const uint64_t w = g.ops[v].workspace;
+    if (w == 0) continue;
+    if (!add_size(total, w)) {
+      c.fail("ops[" + std::to_string(v) + "].workspace", g.ops[v].id,
+             "sizes overflow when summed (total exceeds 2^62 bytes, each rounded up to 2^30)");
+    }
+    Storage s;
+    s.workspace_of = v;
+    s.size = w;
+    s.producer = v;
+    s.users = {v};
+    g.op_storages[v].push_back(g.num_storages());
+    g.storages.push_back(std::move(s));
+  }
 }
 
 }  // namespace
@@ -313,6 +340,12 @@ InputError::InputError(const std::string& file, const std::string& field, const 
     : std::runtime_error(file + ": field " + field + (id.empty() ? "" : " (id " + quote(id) + ")") +
                          ": " + message),
       file_(file), field_(field), id_(id) {}
+
+std::string Graph::storage_name(StorageIdx s) const {
+  const Storage& st = storages[s];
+  if (st.workspace_of >= 0) return "workspace of op '" + ops[st.workspace_of].id + "'";
+  return tensors[st.root].id;
+}
 
 Order Graph::program_order() const {
   Order order(ops.size());
@@ -347,10 +380,14 @@ Graph parse_graph(const json& doc, const std::string& file) {
     if (!jt.is_object()) c.fail(field, "", "must be an object");
     Tensor t;
     t.id = require_string(c, jt, "id", field, "");
+    if (t.id.empty()) c.fail(field + ".id", "", "tensor id must be a non-empty string");
     t.size = parse_size(c, require(c, jt, "size", field, t.id), field + ".size", t.id);
     const std::string role = optional_string(c, jt, "role", field, t.id);
     if (!role.empty()) t.role = parse_role(c, role, field + ".role", t.id);
     alias_names[i] = optional_string(c, jt, "alias_of", field, t.id);
+    if (alias_names[i].empty() && jt.contains("alias_of") && jt["alias_of"].is_string()) {
+      c.fail(field + ".alias_of", t.id, "must be a non-empty tensor id (omit it for a root tensor)");
+    }
     t.name = optional_string(c, jt, "name", field, t.id);
     t.dtype = optional_string(c, jt, "dtype", field, t.id);
     if (auto it = jt.find("shape"); it != jt.end() && !it->is_null()) {
@@ -384,6 +421,7 @@ Graph parse_graph(const json& doc, const std::string& file) {
     if (!jo.is_object()) c.fail(field, "", "must be an object");
     Op op;
     op.id = require_string(c, jo, "id", field, "");
+    if (op.id.empty()) c.fail(field + ".id", "", "op id must be a non-empty string");
     if (!g.op_index.emplace(op.id, static_cast<OpIdx>(i)).second) {
       c.fail(field + ".id", op.id, "duplicate op id");
     }
@@ -391,6 +429,14 @@ Graph parse_graph(const json& doc, const std::string& file) {
     if (jo.contains("phase")) {
       op.phase = parse_phase(c, require_string(c, jo, "phase", field, op.id), field + ".phase", op.id);
     }
+    if (auto it = jo.find("workspace"); it != jo.end() && !it->is_null()) {
+      op.workspace = parse_size(c, *it, field + ".workspace", op.id);
+    }
+    if (auto it = jo.find("recomputable"); it != jo.end() && !it->is_null()) {
+      if (!it->is_boolean()) c.fail(field + ".recomputable", op.id, "must be true or false, got " + it->dump());
+      op.recomputable = it->get<bool>();
+    }
+    op.module = optional_string(c, jo, "module", field, op.id);
     if (auto it = jo.find("cost"); it != jo.end() && !it->is_null()) {
       if (!it->is_number() || it->get<double>() < 0) {
         c.fail(field + ".cost", op.id, "must be a non-negative number of seconds, got " + it->dump());
@@ -488,6 +534,9 @@ json graph_to_json(const Graph& g) {
       jo["after"] = std::move(a);
     }
     if (op.cost) jo["cost"] = *op.cost;
+    if (op.workspace != 0) jo["workspace"] = op.workspace;
+    if (op.recomputable) jo["recomputable"] = true;
+    if (!op.module.empty()) jo["module"] = op.module;
     ops.push_back(std::move(jo));
   }
   doc["ops"] = std::move(ops);
@@ -498,5 +547,23 @@ json graph_to_json(const Graph& g) {
 }
 
 Graph load_graph(const std::string& path) { return parse_graph(read_json_file(path), path); }
+
+void finalize_graph(Graph& g, const std::string& file) {
+  for (Tensor& t : g.tensors) {
+    t.root = -1;
+    t.producer = -1;
+  }
+  for (OpIdx v = 0; v < g.num_ops(); ++v) {
+    for (TensorIdx t : g.ops[v].outputs) {
+      if (g.tensors[t].producer >= 0) {
+        throw InputError(file, "ops[" + std::to_string(v) + "].outputs", g.ops[v].id,
+                         "tensor " + quote(g.tensors[t].id) + " already produced by op " +
+                             quote(g.ops[g.tensors[t].producer].id));
+      }
+      g.tensors[t].producer = v;
+    }
+  }
+  finalize(g, Ctx{file});
+}
 
 }  // namespace roam

@@ -25,17 +25,32 @@ PlanStats compute_stats(const Graph& g, const Order& order, const std::vector<ui
 nlohmann::json plan_to_json(const Graph& g, const Plan& plan) {
   nlohmann::json doc;
   doc["format"] = "roam-plan";
-  doc["version"] = 1;
+  doc["version"] = plan.version;
   doc["graph"] = plan.graph;
   doc["alignment"] = plan.alignment;
   nlohmann::json order = nlohmann::json::array();
   for (OpIdx v : plan.order) order.push_back(g.ops[v].id);
   doc["order"] = std::move(order);
   nlohmann::json offsets = nlohmann::json::object();
+  nlohmann::json recompute = nlohmann::json::object();
+  nlohmann::json workspaces = nlohmann::json::object();
   for (StorageIdx s = 0; s < g.num_storages(); ++s) {
-    offsets[g.tensors[g.storages[s].root].id] = plan.offsets[s];
+    const Storage& st = g.storages[s];
+    const std::vector<uint64_t> none;
+    const auto& later = s < static_cast<StorageIdx>(plan.recompute_offsets.size())
+                            ? plan.recompute_offsets[s] : none;
+    if (st.workspace_of >= 0) {
+      nlohmann::json list = nlohmann::json::array({plan.offsets[s]});
+      for (uint64_t off : later) list.push_back(off);
+      workspaces[g.ops[st.workspace_of].id] = std::move(list);
+      continue;
+    }
+    offsets[g.tensors[st.root].id] = plan.offsets[s];
+    if (!later.empty()) recompute[g.tensors[st.root].id] = later;
   }
   doc["offsets"] = std::move(offsets);
+  if (plan.version >= 2) doc["recompute_offsets"] = std::move(recompute);
+  if (!workspaces.empty()) doc["workspace_offsets"] = std::move(workspaces);
   const PlanStats& st = plan.stats;
   doc["stats"] = {{"resident_bytes", st.resident_bytes},
                   {"theoretical_peak_bytes", st.theoretical_peak_bytes},
@@ -44,6 +59,11 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& plan) {
                   {"lower_bound_bytes", st.lower_bound_bytes},
                   {"fragmentation", st.fragmentation},
                   {"solve_seconds", st.solve_seconds}};
+  if (plan.version >= 2) {
+    doc["stats"]["recompute_seconds"] = st.recompute_seconds;
+    doc["stats"]["compute_seconds"] = st.compute_seconds;
+    doc["stats"]["recomputations"] = st.recomputations;
+  }
   doc["method"] = {{"order", plan.order_method},
                    {"layout", plan.layout_method},
                    {"options", plan.options}};

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "roam/analysis.h"
 
@@ -38,6 +39,192 @@ struct Reader {
 
 }  // namespace
 
+uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment) {
+  uint64_t bound = 0, outputs = 0;
+  for (OpIdx v = 0; v < g.num_ops(); ++v) {
+    uint64_t bytes = 0;
+    for (StorageIdx s : g.op_storages[v]) bytes += align_up(g.storages[s].size, alignment);
+    bound = std::max(bound, bytes);
+  }
+  for (const Storage& st : g.storages) {
+    if (st.graph_output) outputs += align_up(st.size, alignment);
+  }
+  return std::max(bound, outputs);
+}
+
+InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule) {
+  InstanceGraph ig;
+  auto problem = [&](const std::string& msg) {
+    ++ig.problem_count;
+    if (ig.problems.size() < kMaxProblems) ig.problems.push_back(msg);
+  };
+  const int32_t n = g.num_ops();
+  const auto nt = static_cast<TensorIdx>(g.tensors.size());
+  // A tensor that no op produces follows its alias chain up to the nearest tensor that an op
+  // produces (or to a resident root): nearest[t]. Computed once, iteratively.
+  std::vector<TensorIdx> nearest(nt, -1);
+  for (TensorIdx t = 0; t < nt; ++t) {
+    std::vector<TensorIdx> walked;
+    TensorIdx u = t;
+    while (nearest[u] < 0 && g.tensors[u].producer < 0 && g.tensors[u].alias_of >= 0) {
+      walked.push_back(u);
+      u = g.tensors[u].alias_of;
+    }
+    const TensorIdx found = nearest[u] >= 0 ? nearest[u] : u;
+    nearest[u] = found;
+    for (TensorIdx w : walked) nearest[w] = found;
+  }
+  // binding[t] for a tensor an op produces (or a root): the instance-graph root tensor it is
+  // bound to; kUnbound before its producer ran; kResident for tensors of resident storage.
+  constexpr TensorIdx kUnbound = -1, kResident = -2;
+  std::vector<TensorIdx> binding(nt, kUnbound);
+  for (TensorIdx t = 0; t < nt; ++t) {
+    if (g.tensors[t].producer < 0 && g.is_resident(t)) binding[t] = kResident;
+  }
+  auto bound = [&](TensorIdx t) { return binding[nearest[t]]; };
+  Graph& x = ig.graph;
+  x.name = g.name;
+  std::vector<int32_t> runs(n, 0), first(n, -1), last(n, -1);
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    const OpIdx v = schedule[k];
+    const Op& op = g.ops[v];
+    const int32_t app = runs[v]++;
+    if (app == 1 && !op.recomputable) {
+      problem("order[" + std::to_string(k) + "]: op '" + op.id +
+              "' runs again but is not recomputable");
+    }
+    if (first[v] < 0) first[v] = static_cast<int32_t>(k);
+    last[v] = static_cast<int32_t>(k);
+    Op a;
+    a.id = app == 0 ? op.id : op.id + "#" + std::to_string(app);
+    a.target = op.target;
+    a.phase = op.phase;
+    a.cost = op.cost;
+    a.workspace = op.workspace;
+    a.recomputable = op.recomputable;
+    a.module = op.module;
+    const auto here = static_cast<OpIdx>(x.ops.size());
+    auto use = [&](TensorIdx b) {  // reads or binds instance b
+      if (b >= 0 && x.tensors[b].producer != here) a.inputs.push_back(b);
+    };
+    for (TensorIdx t : op.inputs) {
+      const TensorIdx b = bound(t);
+      if (b == kUnbound) {
+        problem("order[" + std::to_string(k) + "]: op '" + op.id + "' reads tensor '" +
+                g.tensors[t].id + "' before any appearance produced it");
+      }
+      use(b);
+    }
+    for (TensorIdx t : op.outputs) {
+      const TensorIdx base = g.tensors[t].alias_of;
+      if (base >= 0) {  // an alias binds to the instance its base is bound to now
+        const TensorIdx b = bound(base);
+        if (b == kUnbound) {
+          problem("order[" + std::to_string(k) + "]: op '" + op.id + "' outputs an alias of '" +
+                  g.tensors[base].id + "' before any appearance produced it");
+        }
+        binding[t] = b;
+        use(b);
+        continue;
+      }
+      Tensor c;
+      c.id = app == 0 ? g.tensors[t].id : g.tensors[t].id + "#" + std::to_string(app);
+      c.size = g.tensors[t].size;
+      c.producer = here;
+      binding[t] = static_cast<TensorIdx>(x.tensors.size());
+      a.outputs.push_back(binding[t]);
+      x.tensors.push_back(std::move(c));
+      ig.tensor_of.push_back(t);
+      ig.instance.push_back(app);
+    }
+    std::sort(a.inputs.begin(), a.inputs.end());
+    a.inputs.erase(std::unique(a.inputs.begin(), a.inputs.end()), a.inputs.end());
+    x.ops.push_back(std::move(a));
+    ig.op_of.push_back(v);
+    ig.appearance.push_back(app);
+  }
+  for (OpIdx v = 0; v < n; ++v) {
+    if (runs[v] == 0) problem("order: op '" + g.ops[v].id + "' is missing");
+  }
+  for (OpIdx w = 0; w < n; ++w) {
+    for (OpIdx v : g.ops[w].after) {
+      if (runs[v] > 0 && runs[w] > 0 && last[v] > first[w]) {
+        problem("order: op '" + g.ops[w].id + "' (order[" + std::to_string(first[w]) +
+                "]) runs before an appearance of op '" + g.ops[v].id + "' (order[" +
+                std::to_string(last[v]) + "]) that it must follow (after)");
+      }
+    }
+  }
+  if (ig.problem_count > 0) {
+    ig.graph = Graph{};
+    ig.op_of.clear();
+    ig.appearance.clear();
+    ig.tensor_of.clear();
+    ig.instance.clear();
+    return ig;
+  }
+  for (TensorIdx t : g.outputs) {
+    if (bound(t) >= 0) x.outputs.push_back(bound(t));
+  }
+  for (Tensor& t : x.tensors) t.producer = -1;  // finalize_graph derives it again
+  for (TensorIdx t = 0; t < static_cast<TensorIdx>(x.tensors.size()); ++t) {
+    x.tensor_index.emplace(x.tensors[t].id, t);
+  }
+  for (OpIdx v = 0; v < x.num_ops(); ++v) x.op_index.emplace(x.ops[v].id, v);
+  finalize_graph(x, "(instance graph of " + g.name + ")");
+  return ig;
+}
+
+namespace {
+
+// The overlap sweep, Tp and arena of `x` in its program order with one offset per storage.
+// Problems name storages by `name(s)`.
+template <typename Name, typename Problem>
+void sweep_overlaps(const Graph& x, const std::vector<uint64_t>& offsets, uint64_t alignment,
+                    const Name& name, const Problem& problem, uint64_t& tp, uint64_t& arena) {
+  const int32_t n = x.num_ops();
+  const Liveness live = compute_liveness(x, x.program_order());
+  std::vector<uint64_t> size(x.storages.size());
+  for (StorageIdx s = 0; s < x.num_storages(); ++s) size[s] = align_up(x.storages[s].size, alignment);
+  std::vector<std::vector<StorageIdx>> born(n), dies(n);
+  for (StorageIdx s = 0; s < x.num_storages(); ++s) {
+    born[live.first[s]].push_back(s);
+    dies[live.last[s]].push_back(s);
+  }
+  // At each step retire storages that died before it, then insert those born at it; with no
+  // overlap among the active set, checking the two neighbours by offset suffices.
+  std::set<std::pair<uint64_t, StorageIdx>> active;
+  auto overlap_msg = [&](StorageIdx a, StorageIdx b, int32_t t) {
+    return "storages " + name(a) + " [" + std::to_string(offsets[a]) + ", " + std::to_string(offsets[a] + size[a]) +
+           ") and " + name(b) + " [" + std::to_string(offsets[b]) + ", " + std::to_string(offsets[b] + size[b]) +
+           ") overlap while both are live at step " + std::to_string(t) + " (op '" + x.ops[t].id + "')";
+  };
+  uint64_t live_bytes = 0;
+  tp = 0;
+  arena = 0;
+  for (int32_t t = 0; t < n; ++t) {
+    for (StorageIdx s : born[t]) {
+      auto it = active.insert({offsets[s], s}).first;
+      if (it != active.begin()) {
+        auto prev = std::prev(it);
+        if (offsets[prev->second] + size[prev->second] > offsets[s]) problem(overlap_msg(prev->second, s, t));
+      }
+      if (auto next = std::next(it); next != active.end() && offsets[s] + size[s] > next->first) {
+        problem(overlap_msg(s, next->second, t));
+      }
+      live_bytes += size[s];
+      arena = std::max(arena, offsets[s] + size[s]);
+    }
+    tp = std::max(tp, live_bytes);
+    for (StorageIdx s : dies[t]) {
+      active.erase({offsets[s], s});
+      live_bytes -= size[s];
+    }
+  }
+}
+
+}  // namespace
+
 ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const std::string& file) {
   const Reader r{file};
   if (!doc.is_object()) r.fail("(document)", "", "must be a JSON object");
@@ -46,9 +233,10 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     r.fail("format", "", "expected \"roam-plan\", got " + format.dump());
   }
   const auto& version = r.get(doc, "version");
-  if (!version.is_number_integer() || version.get<int64_t>() != 1) {
-    r.fail("version", "", "unsupported version " + version.dump() + " (this reader takes 1)");
+  if (!version.is_number_integer() || (version.get<int64_t>() != 1 && version.get<int64_t>() != 2)) {
+    r.fail("version", "", "unsupported version " + version.dump() + " (this reader takes 1 and 2)");
   }
+  const bool v2 = version.get<int64_t>() == 2;
   const uint64_t alignment = r.get_u64(r.get(doc, "alignment"), "alignment", "");
   if (alignment == 0 || alignment > kMaxAlignment) {
     r.fail("alignment", "", "must be between 1 and 2^30 bytes, got " + std::to_string(alignment));
@@ -69,6 +257,34 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   for (const char* key : {"fragmentation", "solve_seconds"}) {
     if (!r.get(jstats, key, "stats.").is_number()) r.fail(std::string("stats.") + key, "", "must be a number");
   }
+  if (v2) {
+    r.get_u64(r.get(jstats, "recomputations", "stats."), "stats.recomputations", "");
+    for (const char* key : {"recompute_seconds", "compute_seconds"}) {
+      if (!r.get(jstats, key, "stats.").is_number()) r.fail(std::string("stats.") + key, "", "must be a number");
+    }
+  }
+  static const nlohmann::json kEmptyObject = nlohmann::json::object();
+  const nlohmann::json* jrecompute = &kEmptyObject;
+  if (auto it = doc.find("recompute_offsets"); it != doc.end()) {
+    if (!v2) r.fail("recompute_offsets", "", "only version 2 plans recompute (this plan says version 1)");
+    if (!it->is_object()) r.fail("recompute_offsets", "", "must be an object mapping tensor ids to arrays of bytes");
+    jrecompute = &*it;
+  }
+  const nlohmann::json* jworkspace = &kEmptyObject;
+  if (auto it = doc.find("workspace_offsets"); it != doc.end()) {
+    if (!it->is_object()) r.fail("workspace_offsets", "", "must be an object mapping op ids to arrays of bytes");
+    jworkspace = &*it;
+  }
+  uint64_t budget = 0;
+  bool has_budget = false;
+  if (auto m = doc.find("method"); m != doc.end() && m->is_object()) {
+    if (auto o = m->find("options"); o != m->end() && o->is_object()) {
+      if (auto b = o->find("budget_bytes"); b != o->end()) {
+        budget = r.get_u64(*b, "method.options.budget_bytes", "");
+        has_budget = true;
+      }
+    }
+  }
 
   ValidationReport rep;
   auto problem = [&](const std::string& msg) {
@@ -80,7 +296,7 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     problem("plan is for graph '" + it->get<std::string>() + "', not '" + g.name + "'");
   }
 
-  // Order: a permutation of the ops.
+  // Order: a permutation of the ops (version 1), every op at least once (version 2).
   const int32_t n = g.num_ops();
   Order order;
   std::vector<int32_t> step(n, -1);
@@ -92,98 +308,153 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
       problem("order[" + std::to_string(k) + "]: unknown op '" + id + "'");
       continue;
     }
-    if (step[it->second] >= 0) {
+    if (step[it->second] >= 0 && !v2) {
       problem("order[" + std::to_string(k) + "]: op '" + id + "' appears twice");
       continue;
     }
-    step[it->second] = static_cast<int32_t>(order.size());
+    if (step[it->second] < 0) step[it->second] = static_cast<int32_t>(order.size());
     order.push_back(it->second);
   }
   for (OpIdx v = 0; v < n; ++v) {
     if (step[v] < 0) problem("order: op '" + g.ops[v].id + "' is missing");
   }
-  if (!rep.valid) return rep;  // liveness needs a permutation
+  if (!rep.valid) return rep;  // liveness needs every op
 
-  // Dependencies.
-  for (OpIdx v : order) {
-    for (OpIdx u : g.preds[v]) {
-      if (step[u] > step[v]) {
-        problem("order: op '" + g.ops[v].id + "' at step " + std::to_string(step[v]) +
-                " runs before op '" + g.ops[u].id + "' (step " + std::to_string(step[u]) +
-                ") that it depends on");
+  if (!v2) {  // Dependencies, with the messages of version 1.
+    for (OpIdx v : order) {
+      for (OpIdx u : g.preds[v]) {
+        if (step[u] > step[v]) {
+          problem("order: op '" + g.ops[v].id + "' at step " + std::to_string(step[v]) +
+                  " runs before op '" + g.ops[u].id + "' (step " + std::to_string(step[u]) +
+                  ") that it depends on");
+        }
       }
     }
   }
-
   const bool order_respects_dependencies = rep.valid;
+  // Version 1 with a broken dependency: liveness is still taken over the plan's order (the
+  // instance graph would refuse it), so the layout's problems are listed too.
+  InstanceGraph ig;
+  if (v2 || order_respects_dependencies) {
+    ig = instance_graph(g, order);
+    for (const std::string& p : ig.problems) problem(p);
+    rep.problem_count += ig.problem_count - ig.problems.size();
+    if (ig.problem_count > 0) return rep;
+  } else {
+    ig.graph = g;  // the graph's own storages over the plan's (invalid) order
+    Order permuted = order;
+    ig.graph.ops.clear();
+    for (OpIdx v : permuted) ig.graph.ops.push_back(g.ops[v]);
+    for (OpIdx v = 0; v < n; ++v) {
+      ig.op_of.push_back(order[v]);
+      ig.appearance.push_back(0);
+    }
+    ig.tensor_of.resize(g.tensors.size());
+    for (TensorIdx t = 0; t < static_cast<TensorIdx>(g.tensors.size()); ++t) ig.tensor_of[t] = t;
+    ig.instance.assign(g.tensors.size(), 0);
+    // Storages keep g's users and producers, renumbered to positions in the order.
+    for (Storage& st : ig.graph.storages) {
+      st.producer = step[st.producer];
+      for (OpIdx& u : st.users) u = step[u];
+      if (st.workspace_of >= 0) st.workspace_of = step[st.workspace_of];
+    }
+  }
+  const Graph& x = ig.graph;
 
-  // Offsets: exactly one per storage, aligned.
-  std::vector<uint64_t> offsets(g.storages.size(), 0);
-  std::vector<char> has(g.storages.size(), 0);
-  for (const auto& [id, value] : joffsets.items()) {
-    const uint64_t off = r.get_u64(value, "offsets." + id, id);
-    auto it = g.tensor_index.find(id);
-    if (it == g.tensor_index.end()) {
-      problem("offsets: unknown tensor '" + id + "'");
-      continue;
+  // Offsets: exactly one per instance (and workspace appearance), aligned.
+  std::vector<uint64_t> offsets(x.storages.size(), 0);
+  std::vector<char> has(x.storages.size(), 0);
+  // The instance-graph storage of (root tensor of g, instance k), and of (op of g, appearance k).
+  std::unordered_map<uint64_t, StorageIdx> instance_storage, workspace_storage;
+  auto key = [](int64_t a, int64_t k) { return (static_cast<uint64_t>(a) << 24) ^ static_cast<uint64_t>(k); };
+  for (StorageIdx s = 0; s < x.num_storages(); ++s) {
+    const Storage& st = x.storages[s];
+    if (st.workspace_of >= 0) {
+      workspace_storage[key(ig.op_of[st.workspace_of], ig.appearance[st.workspace_of])] = s;
+    } else {
+      instance_storage[key(ig.tensor_of[st.root], ig.instance[st.root])] = s;
     }
-    const StorageIdx s = g.storage_of[it->second];
-    if (s < 0 || g.storages[s].root != it->second) {
-      problem("offsets: tensor '" + id + "' is not a non-resident root storage of non-zero size");
-      continue;
-    }
+  }
+  auto place = [&](StorageIdx s, const nlohmann::json& value, const std::string& field,
+                   const std::string& id, const std::string& what) {
+    const uint64_t off = r.get_u64(value, field, id);
     if (off >= kMaxOffset) {
-      problem("offsets: storage '" + id + "' at " + std::to_string(off) + " is beyond 2^62 bytes");
-      continue;
+      problem(field + ": " + what + " at " + std::to_string(off) + " is beyond 2^62 bytes");
+      return;
     }
     if (off % alignment != 0) {
-      problem("offsets: storage '" + id + "' at " + std::to_string(off) + " is not a multiple of the alignment " +
-              std::to_string(alignment));
+      problem(field + ": " + what + " at " + std::to_string(off) +
+              " is not a multiple of the alignment " + std::to_string(alignment));
     }
     offsets[s] = off;
     has[s] = 1;
+  };
+  auto root_storage = [&](const std::string& field, const std::string& id) -> TensorIdx {
+    auto it = g.tensor_index.find(id);
+    if (it == g.tensor_index.end()) {
+      problem(field + ": unknown tensor '" + id + "'");
+      return -1;
+    }
+    const StorageIdx s = g.storage_of[it->second];
+    if (s < 0 || g.storages[s].root != it->second) {
+      problem(field + ": tensor '" + id + "' is not a non-resident root storage of non-zero size");
+      return -1;
+    }
+    return it->second;
+  };
+  for (const auto& [id, value] : joffsets.items()) {
+    const TensorIdx t = root_storage("offsets", id);
+    if (t < 0) continue;
+    auto it = instance_storage.find(key(t, 0));
+    if (it != instance_storage.end()) place(it->second, value, "offsets." + id, id, "storage '" + id + "'");
   }
-  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
-    if (!has[s]) problem("offsets: storage '" + g.tensors[g.storages[s].root].id + "' has no offset");
+  for (const auto& [id, list] : jrecompute->items()) {
+    if (!list.is_array()) r.fail("recompute_offsets." + id, id, "must be an array of offsets in bytes");
+    const TensorIdx t = root_storage("recompute_offsets", id);
+    if (t < 0) continue;
+    for (size_t k = 0; k < list.size(); ++k) {
+      auto it = instance_storage.find(key(t, static_cast<int64_t>(k) + 1));
+      const std::string what = "instance " + std::to_string(k + 1) + " of '" + id + "'";
+      if (it == instance_storage.end()) {
+        problem("recompute_offsets." + id + ": " + what + " is never created by the order");
+        continue;
+      }
+      place(it->second, list[k], "recompute_offsets." + id, id, what);
+    }
+  }
+  for (const auto& [id, list] : jworkspace->items()) {
+    if (!list.is_array()) r.fail("workspace_offsets." + id, id, "must be an array of offsets in bytes");
+    auto op = g.op_index.find(id);
+    if (op == g.op_index.end() || g.ops[op->second].workspace == 0) {
+      problem("workspace_offsets: '" + id + "' is not an op with a non-zero workspace");
+      continue;
+    }
+    for (size_t k = 0; k < list.size(); ++k) {
+      auto it = workspace_storage.find(key(op->second, static_cast<int64_t>(k)));
+      const std::string what = "workspace of appearance " + std::to_string(k) + " of op '" + id + "'";
+      if (it == workspace_storage.end()) {
+        problem("workspace_offsets." + id + ": " + what + " is not in the order");
+        continue;
+      }
+      place(it->second, list[k], "workspace_offsets." + id, id, what);
+    }
+  }
+  auto name = [&](StorageIdx s) {
+    const Storage& st = x.storages[s];
+    if (st.workspace_of >= 0) {
+      return "workspace of op '" + g.ops[ig.op_of[st.workspace_of]].id + "' (appearance " +
+             std::to_string(ig.appearance[st.workspace_of]) + ")";
+    }
+    const int32_t k = ig.instance[st.root];
+    const std::string id = g.tensors[ig.tensor_of[st.root]].id;
+    return k == 0 ? "'" + id + "'" : "instance " + std::to_string(k) + " of '" + id + "'";
+  };
+  for (StorageIdx s = 0; s < x.num_storages(); ++s) {
+    if (!has[s]) problem("offsets: " + name(s) + " has no offset");
   }
 
-  // Overlap sweep: at each step retire storages that died before it, then insert those born at
-  // it; with no overlap among the active set, checking the two neighbours by offset suffices.
-  const Liveness live = compute_liveness(g, order);
-  std::vector<uint64_t> size(g.storages.size());
-  for (StorageIdx s = 0; s < g.num_storages(); ++s) size[s] = align_up(g.storages[s].size, alignment);
-  std::vector<std::vector<StorageIdx>> born(n), dies(n);
-  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
-    born[live.first[s]].push_back(s);
-    dies[live.last[s]].push_back(s);
-  }
-  std::set<std::pair<uint64_t, StorageIdx>> active;
-  auto name = [&](StorageIdx s) { return "'" + g.tensors[g.storages[s].root].id + "'"; };
-  auto overlap_msg = [&](StorageIdx a, StorageIdx b, int32_t t) {
-    return "storages " + name(a) + " [" + std::to_string(offsets[a]) + ", " + std::to_string(offsets[a] + size[a]) +
-           ") and " + name(b) + " [" + std::to_string(offsets[b]) + ", " + std::to_string(offsets[b] + size[b]) +
-           ") overlap while both are live at step " + std::to_string(t) + " (op '" + g.ops[order[t]].id + "')";
-  };
-  uint64_t live_bytes = 0, tp = 0, arena = 0;
-  for (int32_t t = 0; t < n; ++t) {
-    for (StorageIdx s : born[t]) {
-      auto it = active.insert({offsets[s], s}).first;
-      if (it != active.begin()) {
-        auto prev = std::prev(it);
-        if (offsets[prev->second] + size[prev->second] > offsets[s]) problem(overlap_msg(prev->second, s, t));
-      }
-      if (auto next = std::next(it); next != active.end() && offsets[s] + size[s] > next->first) {
-        problem(overlap_msg(s, next->second, t));
-      }
-      live_bytes += size[s];
-      arena = std::max(arena, offsets[s] + size[s]);
-    }
-    tp = std::max(tp, live_bytes);
-    for (StorageIdx s : dies[t]) {
-      active.erase({offsets[s], s});
-      live_bytes -= size[s];
-    }
-  }
+  uint64_t tp = 0, arena = 0;
+  sweep_overlaps(x, offsets, alignment, name, problem, tp, arena);
 
   PlanStats& st = rep.recomputed;
   st.resident_bytes = g.resident_bytes;
@@ -192,7 +463,8 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   st.peak_bytes = g.resident_bytes + arena;
   // The plan's order speeds the cut bound up only when it is a valid order (any hint gives the
   // same value).
-  st.lower_bound_bytes = lower_bound(g, alignment, order_respects_dependencies ? &order : nullptr);
+  st.lower_bound_bytes = v2 ? recompute_lower_bound(g, alignment)
+                            : lower_bound(g, alignment, order_respects_dependencies ? &order : nullptr);
   st.fragmentation = tp == 0 ? 0.0 : static_cast<double>(arena) / static_cast<double>(tp) - 1.0;
   st.solve_seconds = jstats["solve_seconds"].get<double>();
   if (st.solve_seconds < 0) problem("stats.solve_seconds: negative");
@@ -204,10 +476,33 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
               std::to_string(expect));
     }
   };
+  auto check_seconds = [&](const char* key, double expect) {
+    const double got = jstats[key].get<double>();
+    if (std::fabs(got - expect) > 1e-9 * std::max(1.0, std::fabs(expect))) {
+      std::ostringstream os;
+      os << "stats." << key << ": plan says " << got << ", recomputed " << expect;
+      problem(os.str());
+    }
+  };
   check("resident_bytes", st.resident_bytes);
   check("theoretical_peak_bytes", st.theoretical_peak_bytes);
   check("arena_bytes", st.arena_bytes);
   check("peak_bytes", st.peak_bytes);
+  if (v2) {
+    for (OpIdx v = 0; v < n; ++v) st.compute_seconds += g.ops[v].cost.value_or(0.0);
+    for (size_t k = 0; k < ig.op_of.size(); ++k) {
+      if (ig.appearance[k] == 0) continue;
+      ++st.recomputations;
+      st.recompute_seconds += g.ops[ig.op_of[k]].cost.value_or(0.0);
+    }
+    check("recomputations", st.recomputations);
+    check_seconds("recompute_seconds", st.recompute_seconds);
+    check_seconds("compute_seconds", st.compute_seconds);
+  }
+  if (has_budget && st.peak_bytes > budget) {
+    problem("stats.peak_bytes " + std::to_string(st.peak_bytes) + " is above the budget " +
+            std::to_string(budget) + " (method.options.budget_bytes)");
+  }
   // Any proven bound will do: a recorded bound at or below the one recomputed here (e.g. from
   // an older, weaker bound) is still a lower bound on every order's Tp; one above it is not
   // proven.
