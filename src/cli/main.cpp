@@ -2,7 +2,7 @@
 //
 // Exit status: 0 success; 1 `validate` found the plan invalid; 2 bad input (unreadable or
 // invalid graph/plan file, bad option); 3 internal error (a planner produced a plan that fails
-// validation: a bug, nothing is written).
+// validation: a bug, nothing is written), or `plan --budget` with a budget roam cannot meet.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +21,7 @@
 #include "roam/options.h"
 #include "roam/order.h"
 #include "roam/plan.h"
+#include "roam/remat.h"
 #include "roam/validate.h"
 #include "verbs.h"
 
@@ -173,8 +174,10 @@ void set_planner_knobs(const std::vector<std::string>& order_options,
   }
 }
 
+constexpr int kExitBudget = 3;  // a budget roam cannot meet (no plan written)
+
 int cmd_plan(const std::string& graph_path, const std::string& out_path,
-             const roam::PlanRequest& req) {
+             const roam::PlanRequest& req, const std::optional<uint64_t>& budget) {
   if (!out_path.empty() && !ends_with(out_path, ".json") && !ends_with(out_path, ".json.gz")) {
     throw roam::InputError(out_path, "-o", "", "plan file name must end in .json or .json.gz");
   }
@@ -188,7 +191,17 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   }
   const roam::Graph g = load(graph_path);
   progress("planning (order " + req.order + ", layout " + req.layout + ")");
-  const roam::PlanResult r = roam::make_plan(g, req);
+  roam::PlanResult r;
+  if (budget) {
+    try {
+      r = roam::plan_with_budget(g, req, *budget);
+    } catch (const roam::BudgetInfeasible& e) {
+      std::cerr << "roam: " << e.what() << "\n";
+      return kExitBudget;
+    }
+  } else {
+    r = roam::make_plan(g, req);
+  }
   const nlohmann::json doc = checked_plan_json(g, r.plan);
   if (!out_path.empty()) roam::write_json_file(out_path, doc, 1);
   const roam::PlanStats& st = r.plan.stats;
@@ -217,6 +230,18 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
             << ")\n"
             << "fragmentation  " << fixed(100.0 * st.fragmentation, 2) << " %\n"
             << "seconds        " << fixed(st.solve_seconds, 3) << "\n";
+  if (budget) {
+    std::cout << "budget         " << mib(*budget) << " MiB (peak <= budget: met)\n";
+    if (r.plan.version >= 2) {
+      std::cout << "recomputation  " << st.recomputations << " op runs, " << fixed(st.recompute_seconds, 6)
+                << " s of " << fixed(st.compute_seconds, 6) << " s compute (overhead "
+                << (st.compute_seconds > 0 ? fixed(100.0 * st.recompute_seconds / st.compute_seconds, 2) + " %"
+                                           : std::string("n/a: the graph has no op costs"))
+                << "; plan version 2)\n";
+    } else {
+      std::cout << "recomputation  none needed (plan version 1)\n";
+    }
+  }
   if (!out_path.empty()) std::cout << "plan written to " << out_path << "\n";
   return 0;
 }
@@ -408,6 +433,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> order_options, layout_options;
   std::optional<int64_t> node_limit;
   add_planner_knobs(plan, order_options, layout_options, node_limit);
+  std::string budget_text;
+  std::optional<uint64_t> budget;
+  plan->add_option("--budget", budget_text,
+                   "memory budget: a bound on the plan's peak (resident + arena), in bytes or with "
+                   "a binary unit (KiB, MiB, GiB; e.g. 6GiB). Where the plan without recomputation "
+                   "is above it, roam recomputes forward activations in the backward pass at the "
+                   "least recompute seconds it finds (Rotor / Rockmate method; a version-2 plan). "
+                   "Exit 3, with the smallest budget roam meets and a proven lower bound, when it "
+                   "cannot be met; nothing is written then")
+      ->type_name("SIZE");
 
   CLI::App* validate = app.add_subcommand(
       "validate",
@@ -438,7 +473,7 @@ int main(int argc, char** argv) {
   add_planner_knobs(compare, order_options, layout_options, node_limit);
 
   roam::cli::Verbs verbs = {
-      {plan, [&] { return cmd_plan(graph_path, out_path, req); }},
+      {plan, [&] { return cmd_plan(graph_path, out_path, req, budget); }},
       {validate, [&] { return cmd_validate(graph_path, plan_path); }},
       {compare, [&] { return cmd_compare(graph_path, req.options, creq); }}};
   auto registry = roam::cli::verb_registry();
@@ -455,6 +490,13 @@ int main(int argc, char** argv) {
     }
     if (plan->count("-o") > 0 && out_path.empty()) {
       throw CLI::ValidationError("-o", "needs a file name");
+    }
+    if (plan->count("--budget") > 0) {
+      try {
+        budget = roam::parse_byte_size(budget_text);
+      } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError("--budget", e.what());
+      }
     }
     if (*plan) {
       set_planner_knobs(order_options, layout_options, node_limit, {req.order}, {req.layout},

@@ -7,6 +7,9 @@
 
 #include "roam/options.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace roam {
 
 const std::vector<ExtraOptionSpec>& extra_option_specs() {
@@ -95,6 +98,39 @@ std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& ass
   }
   if (v < spec->min || v > spec->max) throw out_of_range();
   return {key, v};
+}
+
+uint64_t parse_byte_size(const std::string& text) {
+  auto fail = [&]() -> uint64_t {
+    throw std::invalid_argument("'" + text +
+                                "' is not a size in bytes (an integer, or a number with B, KiB, "
+                                "MiB, GiB or TiB, e.g. 6GiB), at most 2^62 bytes");
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  const std::string number = text.substr(0, i);
+  size_t j = i;
+  while (j < text.size() && text[j] == ' ') ++j;
+  const std::string unit = text.substr(j);
+  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 || number == ".") return fail();
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}};
+  double scale = 0;
+  for (const auto& [name, value] : kUnits) {
+    if (unit == name) scale = value;
+  }
+  if (scale == 0) return fail();
+  constexpr double kMax = 4611686018427387904.0;  // 2^62
+  if (scale == 1.0 && number.find('.') == std::string::npos) {
+    if (number.size() > 19) return fail();
+    const uint64_t v = std::stoull(number);
+    if (static_cast<double>(v) > kMax) return fail();
+    return v;
+  }
+  const double v = std::stod(number) * scale;
+  if (!(v <= kMax)) return fail();
+  return static_cast<uint64_t>(v);
 }
 
 }  // namespace roam

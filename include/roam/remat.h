@@ -1,0 +1,65 @@
+// Rematerialization of a training graph under a memory budget (plan version 2 of
+// GRAPH_FORMAT.md): which stored activations to drop after the forward pass and recompute before
+// their backward use, the order of every appearance and the offset of every instance.
+//
+// Method (Rotor, Beaumont et al. ACM TOMS 2024, and Rockmate's hierarchy, Zhao et al. ICML
+// 2023, applied to roam's order and layout planners):
+//  1. The forward ops, in program order, are cut wherever at most one forward-produced storage
+//     is read across the cut (a chain of *units*: layers, residual blocks, transformer blocks).
+//  2. Segmentations: consecutive units are grouped into 1, 2, 4, ..., 128 segments of about equal
+//     droppable bytes. Dropping a segment keeps its input (the previous segment's boundary
+//     tensor) and its own boundary tensor, and recomputes, once, every recomputable forward op
+//     of the segment whose outputs the backward reads (and what they read inside the segment).
+//     A non-recomputable op's outputs are kept. Per segmentation, segments are dropped in order
+//     of droppable bytes per recompute second (the segment nearest the loss last): each prefix
+//     is a candidate.
+//  3. Each candidate is expanded into a graph with one extra op per recomputation (a clone
+//     reading the clones of its inputs where they exist), backward readers rewired to the
+//     clones, and control edges that keep the old instance's forward readers before the clone
+//     and run the clone no earlier than the op before its first backward reader in program
+//     order. Its recompute seconds are exact (sum of the clones' `cost`).
+//  4. Candidates are tried by increasing recompute seconds; the first whose plan (lescea order,
+//     best of llfb / best_fit layouts, on the expanded graph) has peak = resident + arena within
+//     the budget is taken, then planned again with the requested order and layout (roam by
+//     default) and the lower of the two kept. So the recompute seconds never rise when the
+//     budget grows: the candidates and their evaluated peaks do not depend on the budget.
+// Not (yet) done: nested recomputation (an activation recomputed twice, Rotor's multi-level
+// schedules on graphs); the chain solver of remat_chain.h is exact for pure chains.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "roam/graph.h"
+#include "roam/plan.h"
+
+namespace roam {
+
+/// No schedule roam found meets the budget. `smallest_budget` (bytes): the smallest peak
+/// (resident + arena) among the schedules tried, 0 when none could be planned;
+/// `lower_bound` (bytes): resident + recompute_lower_bound, below which no schedule exists.
+class BudgetInfeasible : public std::runtime_error {
+ public:
+  BudgetInfeasible(uint64_t budget, uint64_t smallest_budget, uint64_t lower_bound);
+  uint64_t budget = 0, smallest_budget = 0, lower_bound = 0;
+};
+
+struct RematStats {
+  size_t units = 0;          // forward units (step 1)
+  size_t candidates = 0;     // distinct candidates (step 2)
+  size_t evaluated = 0;      // candidates planned (step 4)
+  double seconds = 0;        // wall time of the whole call
+};
+
+/// Plans `g` so that resident + arena <= budget_bytes at the least recompute seconds found.
+/// A budget the no-recomputation plan (make_plan with `request`) meets gives that plan (version
+/// 1); otherwise a version-2 plan. Either records method.options.budget_bytes. The plan's
+/// lower_bound_bytes is the version-2 bound (recompute_lower_bound) when it recomputes.
+/// Throws BudgetInfeasible (no plan) when no candidate meets the budget, std::invalid_argument
+/// for unknown methods. Deterministic for any thread count (the time limit is a safety net).
+PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t budget_bytes,
+                            RematStats* stats = nullptr);
+
+}  // namespace roam

@@ -1,0 +1,263 @@
+// Plan version 2 (GRAPH_FORMAT.md "Plan version 2: rematerialization"): the validator's rules on
+// hand-worked schedules, and roam::plan_with_budget on random graphs.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "roam/remat.h"
+#include "roam/validate.h"
+#include "testing.h"
+
+namespace {
+
+using roamtest::GraphJson;
+using json = nlohmann::json;
+
+// x (input) -> A -> a (1024 B); V: view av of a; B: a -> b; L: b -> l (graph output);
+// G1: l -> g1; G2: g1, av -> g2. A, V and B are recomputable.
+GraphJson alias_graph() {
+  GraphJson b("alias-remat");
+  b.tensor("x", 64, "input").tensor("a", 1024).tensor("av", 1024, "", "a").tensor("b", 64)
+      .tensor("l", 64).tensor("g1", 64).tensor("g2", 64);
+  b.op("A", {"x"}, {"a"}).op("V", {"a"}, {"av"}).op("B", {"a"}, {"b"}).op("L", {"b"}, {"l"})
+      .op("G1", {"l"}, {"g1"}, "backward").op("G2", {"g1", "av"}, {"g2"}, "backward").output("l");
+  for (json& op : b.doc["ops"]) {
+    const std::string id = op["id"];
+    op["recomputable"] = id == "A" || id == "V" || id == "B";
+    op["cost"] = id == "A" ? 0.5 : 0.25;
+  }
+  return b;
+}
+
+json plan_doc(const roam::Graph& g, const std::vector<std::string>& order, const json& offsets,
+              const json& recompute, const json& stats) {
+  json doc = {{"format", "roam-plan"}, {"version", 2},      {"graph", g.name},
+              {"alignment", 64},        {"order", order},   {"offsets", offsets},
+              {"recompute_offsets", recompute}, {"stats", stats},
+              {"method", {{"order", "hand"}, {"layout", "hand"}, {"options", json::object()}}}};
+  return doc;
+}
+
+// Worked by hand (alignment 64; sizes a 1024, b l g1 g2 64):
+//  step 0 A: a0            1024
+//  step 1 V: av -> a0      1024
+//  step 2 B: a0 b          1088
+//  step 3 L: a0 b l        1152 (b's last use)
+//  step 4 G1: a0 l g1      1152
+//  step 5 A#1: a0 l g1 a1  2176 (a1 created and never read: live at step 5 only)
+//  step 6 G2: a0 l g1 g2   1216 (av is still bound to a0: the old instance stays live)
+// Tp 2176. a0 [0,1024), a1 [1024,2048), b [1024,1088) (dead before a1), l [2048,2112),
+// g1 [2112,2176), g2 [1024,1088) (a1 dead by then): arena 2176.
+json worked_stats() {
+  return {{"resident_bytes", 64},           {"theoretical_peak_bytes", 2176},
+          {"arena_bytes", 2176},            {"peak_bytes", 2240},
+          {"lower_bound_bytes", 0},         {"fragmentation", 0.0},
+          {"solve_seconds", 0.0},           {"recompute_seconds", 0.5},
+          {"compute_seconds", 0.5 + 5 * 0.25}, {"recomputations", 1}};
+}
+json worked_offsets() {
+  return {{"a", 0}, {"b", 1024}, {"l", 2048}, {"g1", 2112}, {"g2", 1024}};
+}
+
+TEST(PlanV2, AliasOfRecomputedTensorKeepsOldInstance) {
+  const roam::Graph g = alias_graph().parse();
+  const json doc = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "G2"}, worked_offsets(),
+                            {{"a", {1024}}}, worked_stats());
+  const auto rep = roam::validate_plan(g, doc, "p.json");
+  ASSERT_TRUE(rep.valid) << (rep.problems.empty() ? "" : rep.problems.front());
+  EXPECT_EQ(rep.recomputed.theoretical_peak_bytes, 2176u);
+  EXPECT_EQ(rep.recomputed.arena_bytes, 2176u);
+  EXPECT_EQ(rep.recomputed.recomputations, 1u);
+  EXPECT_DOUBLE_EQ(rep.recomputed.recompute_seconds, 0.5);
+
+  // a1 placed over a0: both live at step 5 (a0 kept by av) -> overlap.
+  json bad = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "G2"}, worked_offsets(), {{"a", {0}}},
+                      worked_stats());
+  const auto rep2 = roam::validate_plan(g, bad, "p.json");
+  EXPECT_FALSE(rep2.valid);
+  bool overlap = false;
+  for (const auto& p : rep2.problems) overlap |= p.find("instance 1 of 'a'") != std::string::npos;
+  EXPECT_TRUE(overlap);
+}
+
+TEST(PlanV2, RecomputedViewRebindsAlias) {
+  // Recomputing A and then V binds av to a1: a0 dies at step 4 (its last reader, the first V...
+  // B at step 2); a1 lives from step 5 to G2 at step 7.
+  //  0 A a0 1024; 1 V; 2 B a0 b 1088; 3 L b l 128 (a0 dead after B: last use step 2)
+  //  4 G1 l g1 128; 5 A#1 l g1 a1 1152; 6 V#1 1152; 7 G2 l g1 a1 g2 1216. Tp 1216.
+  const roam::Graph g = alias_graph().parse();
+  json stats = worked_stats();
+  stats["theoretical_peak_bytes"] = 1216;
+  stats["arena_bytes"] = 1216;
+  stats["peak_bytes"] = 1280;
+  stats["recompute_seconds"] = 0.75;
+  stats["recomputations"] = 2;
+  // a0 [0,1024), b [1024,1088), l [1088,1152), g1 [1152,1216), a1 [0,1024), g2 [1024,1088).
+  json offsets = {{"a", 0}, {"b", 1024}, {"l", 1088}, {"g1", 1152}, {"g2", 1024}};
+  stats["fragmentation"] = 0.0;
+  const json doc = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "V", "G2"}, offsets,
+                            {{"a", {0}}}, stats);
+  const auto rep = roam::validate_plan(g, doc, "p.json");
+  ASSERT_TRUE(rep.valid) << (rep.problems.empty() ? "" : rep.problems.front());
+  EXPECT_EQ(rep.recomputed.theoretical_peak_bytes, 1216u);
+}
+
+TEST(PlanV2, ScheduleRules) {
+  GraphJson b = alias_graph();
+  b.doc["ops"][5]["after"] = {"B"};  // G2 after B: every appearance of B precedes G2
+  const roam::Graph g = b.parse();
+  auto problems = [&](const std::vector<std::string>& order) {
+    const auto rep = roam::validate_plan(
+        g, plan_doc(g, order, worked_offsets(), json::object(), worked_stats()), "p.json");
+    std::string all;
+    for (const auto& p : rep.problems) all += p + "\n";
+    return all;
+  };
+  // B recomputed after G2: breaks G2's after edge.
+  EXPECT_NE(problems({"A", "V", "B", "L", "G1", "G2", "B"}).find("must follow (after)"),
+            std::string::npos);
+  // L is not recomputable.
+  EXPECT_NE(problems({"A", "V", "B", "L", "G1", "L", "G2"}).find("'L' runs again but is not recomputable"),
+            std::string::npos);
+  // B before A: reads a before any appearance produced it.
+  EXPECT_NE(problems({"B", "A", "V", "L", "G1", "G2"}).find("reads tensor 'a' before any appearance"),
+            std::string::npos);
+  // G1 missing.
+  EXPECT_NE(problems({"A", "V", "B", "L", "G2"}).find("op 'G1' is missing"), std::string::npos);
+  // Version 1 still refuses a repeat.
+  json v1 = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "G2"}, worked_offsets(), json::object(),
+                     worked_stats());
+  v1["version"] = 1;
+  v1.erase("recompute_offsets");
+  EXPECT_FALSE(roam::validate_plan(g, v1, "p.json").valid);
+}
+
+TEST(PlanV2, StatsBudgetAndBound) {
+  const roam::Graph g = alias_graph().parse();
+  // recompute_lower_bound: the largest op's inputs + outputs: B (a + b = 1088), G2 (g1 + a + g2
+  // = 1152), graph outputs l = 64 -> 1152.
+  EXPECT_EQ(roam::recompute_lower_bound(g, 64), 1152u);
+  auto doc = [&](json stats, json options) {
+    json d = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "G2"}, worked_offsets(), {{"a", {1024}}},
+                      stats);
+    d["method"]["options"] = options;
+    return d;
+  };
+  json st = worked_stats();
+  st["lower_bound_bytes"] = 1152;
+  EXPECT_TRUE(roam::validate_plan(g, doc(st, json::object()), "p.json").valid);
+  st["lower_bound_bytes"] = 1153;  // above the proven bound
+  EXPECT_FALSE(roam::validate_plan(g, doc(st, json::object()), "p.json").valid);
+  st["lower_bound_bytes"] = 0;
+  st["recompute_seconds"] = 0.25;  // wrong
+  EXPECT_FALSE(roam::validate_plan(g, doc(st, json::object()), "p.json").valid);
+  st["recompute_seconds"] = 0.5;
+  EXPECT_TRUE(roam::validate_plan(g, doc(st, {{"budget_bytes", 2240}}), "p.json").valid);
+  EXPECT_FALSE(roam::validate_plan(g, doc(st, {{"budget_bytes", 2239}}), "p.json").valid);
+}
+
+TEST(PlanV2, WorkspaceOffsetsPerAppearance) {
+  GraphJson b = alias_graph();
+  b.doc["ops"][0]["workspace"] = 128;  // A's scratch: live at A's steps only
+  const roam::Graph g = b.parse();
+  ASSERT_EQ(g.num_storages(), g.num_tensor_storages + 1);
+  // Step 0: a0 + ws0 = 1152; step 5: a0 l g1 a1 ws1 = 2304.
+  json st = worked_stats();
+  st["theoretical_peak_bytes"] = 2304;
+  st["arena_bytes"] = 2304;
+  st["peak_bytes"] = 2368;
+  json d = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "G2"}, worked_offsets(), {{"a", {1024}}}, st);
+  d["workspace_offsets"] = {{"A", {1024, 2176}}};
+  const auto rep = roam::validate_plan(g, d, "p.json");
+  ASSERT_TRUE(rep.valid) << (rep.problems.empty() ? "" : rep.problems.front());
+  EXPECT_EQ(rep.recomputed.theoretical_peak_bytes, 2304u);
+  d["workspace_offsets"] = {{"A", {1024}}};  // the recomputation's workspace has no offset
+  EXPECT_FALSE(roam::validate_plan(g, d, "p.json").valid);
+}
+
+// ---- plan_with_budget -------------------------------------------------------------------------
+
+json random_remat_graph(uint64_t seed, int ops) {
+  roamtest::RandomGraphOptions o;
+  o.num_ops = ops;
+  json doc = roamtest::random_graph_json(seed, o);
+  std::mt19937_64 rng(seed * 7 + 1);
+  for (json& op : doc["ops"]) {
+    op["recomputable"] = rng() % 10 < 7;
+    op["cost"] = static_cast<double>(1 + rng() % 100) / 1000.0;
+  }
+  return doc;
+}
+
+TEST(GraphRemat, BudgetAtOrAboveNoRematPeakGivesVersion1) {
+  const roam::Graph g = alias_graph().parse();
+  const roam::PlanRequest req;
+  const roam::PlanResult base = roam::make_plan(g, req);
+  const roam::PlanResult r = roam::plan_with_budget(g, req, base.plan.stats.peak_bytes);
+  EXPECT_EQ(r.plan.version, 1);
+  EXPECT_EQ(r.plan.stats.peak_bytes, base.plan.stats.peak_bytes);
+  EXPECT_EQ(r.plan.options["budget_bytes"], base.plan.stats.peak_bytes);
+  EXPECT_TRUE(roam::validate_plan(g, roam::plan_to_json(g, r.plan), "p.json").valid);
+}
+
+TEST(GraphRemat, BelowTheBoundIsInfeasibleWithBothFigures) {
+  const roam::Graph g = alias_graph().parse();
+  try {
+    roam::plan_with_budget(g, roam::PlanRequest{}, 100);
+    FAIL() << "budget 100 B met";
+  } catch (const roam::BudgetInfeasible& e) {
+    EXPECT_EQ(e.lower_bound, 64u + 1152u);
+    EXPECT_GE(e.smallest_budget, e.lower_bound);
+    EXPECT_NE(std::string(e.what()).find("smallest budget roam meets"), std::string::npos);
+  }
+}
+
+// Random graphs: every plan valid with peak <= budget; recompute seconds never rise as the
+// budget grows; a budget met stays met above; the same plan for 1 and 2 threads.
+TEST(GraphRemat, PropertiesOnRandomGraphs) {
+  int recomputing = 0;
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    const json doc = random_remat_graph(seed, 14 + static_cast<int>(seed % 20));
+    const roam::Graph g = roam::parse_graph(doc, "random.json");
+    roam::PlanRequest req;
+    req.options.time_limit_seconds = 30;
+    const uint64_t peak0 = roam::make_plan(g, req).plan.stats.peak_bytes;
+    const uint64_t lb = g.resident_bytes + roam::recompute_lower_bound(g, 64);
+    double last_cost = std::numeric_limits<double>::infinity();
+    bool met_before = false;
+    for (int i = 0; i <= 10; ++i) {  // budgets from the bound up to the no-remat peak
+      const uint64_t budget = lb + (peak0 > lb ? (peak0 - lb) * static_cast<uint64_t>(i) / 10 : 0);
+      try {
+        roam::PlanResult r = roam::plan_with_budget(g, req, budget);
+        const json pj = roam::plan_to_json(g, r.plan);
+        const auto rep = roam::validate_plan(g, pj, "p.json");
+        ASSERT_TRUE(rep.valid) << "seed " << seed << " budget " << budget << ": "
+                               << (rep.problems.empty() ? "" : rep.problems.front());
+        EXPECT_LE(r.plan.stats.peak_bytes, budget);
+        const double cost = r.plan.version == 2 ? r.plan.stats.recompute_seconds : 0.0;
+        EXPECT_LE(cost, last_cost + 1e-12) << "seed " << seed << " budget " << budget;
+        last_cost = cost;
+        if (r.plan.version == 2) ++recomputing;
+        met_before = true;
+        req.options.threads = 2;
+        roam::PlanResult r2 = roam::plan_with_budget(g, req, budget);
+        req.options.threads = 1;
+        json a = pj, b2 = roam::plan_to_json(g, r2.plan);
+        for (json* d : {&a, &b2}) {
+          (*d)["stats"].erase("solve_seconds");
+          (*d)["method"]["options"].erase("order_stats");
+          (*d)["method"]["options"].erase("extra");
+        }
+        EXPECT_EQ(a, b2) << "seed " << seed << ": threads change the plan";
+      } catch (const roam::BudgetInfeasible& e) {
+        EXPECT_FALSE(met_before) << "seed " << seed << ": budget " << budget
+                                 << " infeasible above a feasible one";
+        EXPECT_GT(e.smallest_budget, budget);
+        EXPECT_GE(e.smallest_budget, lb);
+      }
+    }
+  }
+  EXPECT_GT(recomputing, 0) << "no random graph needed recomputation";
+}
+
+}  // namespace
