@@ -2,6 +2,7 @@
 // nothing else: dependency check, overlap sweep, Tp and arena are recounted here.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,17 @@
 
 namespace roam {
 
+struct InstanceGraph;
+
 struct ValidationReport {
   bool valid = true;
   std::vector<std::string> problems;  // the first offending ops/storages (at most 10)
   size_t problem_count = 0;           // all problems found, including those not listed
   PlanStats recomputed;               // stats recomputed from the graph, order and offsets
+  /// When valid: the instance graph of the plan's order (see instance_graph) and the offset of
+  /// each of its storages (bytes), e.g. to draw a version-2 plan. Null otherwise.
+  std::shared_ptr<const InstanceGraph> instances;
+  std::vector<uint64_t> instance_offsets;
 };
 
 /// The instance graph of a schedule (GRAPH_FORMAT.md "Plan version 2: rematerialization"):

@@ -79,6 +79,20 @@ int run_viz(const VizArgs& a) {
     for (const std::string& p : rep.problems) std::cerr << "  " << p << "\n";
     return kExitInvalid;
   }
+  if (doc.at("version") == 2) {  // draw the instance graph: recomputed instances are "id#k"
+    const Graph& x = rep.instances->graph;
+    vo.orders = {"program"};  // the plan's own schedule; other orders do not recompute
+    vo.order_label = "recomputing schedule";
+    vo.lower_bound_bytes = rep.recomputed.lower_bound_bytes;
+    progress("rendering");
+    const std::string text = render_viz(x, x.program_order(), rep.instance_offsets,
+                                        doc.at("alignment").get<uint64_t>(), vo);
+    write_text_atomic(a.out_path, text);
+    std::cout << "wrote " << a.out_path << " (" << (text.size() + 1023) / 1024 << " KiB): arena of "
+              << x.storages.size() << " instances (recomputed ones named id#k) over " << x.ops.size()
+              << " steps\n";
+    return 0;
+  }
   // A valid plan: every op once in `order`, one offset per storage.
   Order order;
   for (const auto& id : doc.at("order")) order.push_back(g.op_index.at(id.get<std::string>()));

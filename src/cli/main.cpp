@@ -274,7 +274,7 @@ struct CompareRequest {
 };
 
 int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
-                const CompareRequest& creq) {
+                const CompareRequest& creq, const std::optional<uint64_t>& budget) {
   const uint64_t alignment = options.alignment;
   const roam::Graph g = load(graph_path);
   progress("lower bound");
@@ -354,6 +354,33 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                 100.0 * st.fragmentation, mib(st.peak_bytes).c_str(), mib(row.peak).c_str(),
                 st.solve_seconds, red);
   }
+  nlohmann::json budget_row;
+  if (budget) {
+    progress("planning under the budget");
+    try {
+      roam::PlanResult r = roam::plan_with_budget(g, {"auto", "auto", options}, *budget);
+      checked_plan_json(g, r.plan);
+      const roam::PlanStats& st = r.plan.stats;
+      const double overhead = st.compute_seconds > 0 ? st.recompute_seconds / st.compute_seconds : 0.0;
+      std::printf("%-24s %10s %7s %10s %7.2f %10s %10s %8.3f  budget %s MiB: %s\n",
+                  r.plan.version >= 2 ? "roam+recompute" : "roam (no recompute)",
+                  mib(st.theoretical_peak_bytes).c_str(), "", mib(st.arena_bytes).c_str(),
+                  100.0 * st.fragmentation, mib(st.peak_bytes).c_str(), mib(st.peak_bytes).c_str(),
+                  st.solve_seconds, mib(*budget).c_str(),
+                  r.plan.version >= 2 ? (std::to_string(st.recomputations) + " recomputations, overhead " +
+                                         fixed(100.0 * overhead, 2) + " % of compute seconds").c_str()
+                                      : "met without recomputation");
+      budget_row = {{"budget_bytes", *budget}, {"version", r.plan.version},
+                    {"theoretical_peak_bytes", st.theoretical_peak_bytes},
+                    {"arena_bytes", st.arena_bytes}, {"peak_bytes", st.peak_bytes},
+                    {"recomputations", st.recomputations}, {"recompute_seconds", st.recompute_seconds},
+                    {"compute_seconds", st.compute_seconds}, {"solve_seconds", st.solve_seconds}};
+    } catch (const roam::BudgetInfeasible& e) {
+      std::cout << "budget " << mib(*budget) << " MiB: " << e.what() << "\n";
+      budget_row = {{"budget_bytes", *budget}, {"infeasible", true},
+                    {"smallest_budget_bytes", e.smallest_budget}, {"lower_bound_bytes", e.lower_bound}};
+    }
+  }
   std::cout << "peak = resident + arena (as in the plan file); held = resident + bytes the method "
                "reserves (= peak, except that the pytorch caching simulation holds whole "
                "segments); vs_pytorch = reduction of held against program + pytorch; lower bound "
@@ -379,6 +406,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                              {"solve_seconds", st.solve_seconds},
                              {"order_seconds", row.order_seconds}});
     }
+    if (budget) doc["budget"] = budget_row;
     roam::write_json_file(creq.json_path, doc, 1);
   }
   return 0;
@@ -471,11 +499,16 @@ int main(int argc, char** argv) {
                       "wall-clock budget of each roam planner call, seconds")
       ->capture_default_str();
   add_planner_knobs(compare, order_options, layout_options, node_limit);
+  compare->add_option("--budget", budget_text,
+                      "also plan under this memory budget (bytes or KiB/MiB/GiB; see plan --budget) "
+                      "and print that row: recomputations and their overhead, or the smallest "
+                      "budget roam meets")
+      ->type_name("SIZE");
 
   roam::cli::Verbs verbs = {
       {plan, [&] { return cmd_plan(graph_path, out_path, req, budget); }},
       {validate, [&] { return cmd_validate(graph_path, plan_path); }},
-      {compare, [&] { return cmd_compare(graph_path, req.options, creq); }}};
+      {compare, [&] { return cmd_compare(graph_path, req.options, creq, budget); }}};
   auto registry = roam::cli::verb_registry();
   std::stable_sort(registry.begin(), registry.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -491,7 +524,7 @@ int main(int argc, char** argv) {
     if (plan->count("-o") > 0 && out_path.empty()) {
       throw CLI::ValidationError("-o", "needs a file name");
     }
-    if (plan->count("--budget") > 0) {
+    if (plan->count("--budget") > 0 || compare->count("--budget") > 0) {
       try {
         budget = roam::parse_byte_size(budget_text);
       } catch (const std::invalid_argument& e) {

@@ -521,6 +521,10 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     problem("lower bound " + std::to_string(st.lower_bound_bytes) + " exceeds Tp " + std::to_string(tp) +
             " (a bug in the bound)");
   }
+  if (rep.valid) {
+    rep.instance_offsets = std::move(offsets);
+    rep.instances = std::make_shared<const InstanceGraph>(std::move(ig));
+  }
   return rep;
 }
 
