@@ -8,7 +8,8 @@ import torch
 from .check import check_graph, program_order_peak, summary
 from .cost import DEFAULT_COST_MODEL, CostModel, op_seconds
 from .errors import CaptureError, GraphCheckError
-from .export import GraphBuilder, add_order_edges, dtype_name, measure_costs, resolve_root
+from .export import (RECOMPUTE_BLOCKERS, GraphBuilder, add_order_edges, dtype_name,
+                     measure_costs, resolve_root)
 from .io import dumps_graph, write_graph
 from .trace import (AdamOptions, StepInputs, TracedStep, TrainingState, cross_entropy_loss,
                     eager_reference, make_state, optimizer_options, primary_output, raw_step,
@@ -283,6 +284,24 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
                  "dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "device": "cpu",
                  "capture": {"tool": "roam.capture", "mode": mode, "trace": trace_desc,
                              "seed": seed}}
+    blockers = {k: 0 for k in RECOMPUTE_BLOCKERS}
+    for b in built.recompute_blockers.values():
+        blockers[b] += 1
+    full_meta["recomputable_ops"] = sum(1 for op in built.ops if op["recomputable"])
+    full_meta["capture"]["recomputable"] = {
+        "ops": full_meta["recomputable_ops"], "not_recomputable": blockers,
+        "rule": "roam.capture.export.recompute_blocker: not recomputable when the op writes "
+                "an argument (schema is_mutable / write alias, version counter, hidden "
+                "writes such as BatchNorm running statistics, optimizer update), an output "
+                "aliases a resident tensor, the op is random (generator state is not "
+                "restored) or its result is uninitialised (empty*); otherwise recomputable"}
+    full_meta["capture"]["module"] = {
+        "ops": sum(1 for op in built.ops if "module" in op),
+        "rule": "roam.capture.trace.ModuleTracker: forward ops get the innermost submodule "
+                "whose forward was running (module pre/post hooks); backward ops the module "
+                "of the torch call that created the autograd node being applied; absent for "
+                "the root module's own code, the loss, the update, autograd's own ops and "
+                "ambiguous paths"}
     full_meta.update(meta or {})
     graph = {"format": "roam-graph", "version": 1, "name": name, "meta": full_meta,
              "tensors": built.tensors, "ops": built.ops, "outputs": built.outputs}

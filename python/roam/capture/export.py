@@ -17,7 +17,11 @@ every tensor is described from its value (shape, dtype, storage), never from nod
   resident tensors are also compared before and after each op, which would reveal any other
   hidden write;
 * ``after`` edges order every write after the earlier readers of the storage and every
-  reader after the last write (:func:`add_order_edges`).
+  reader after the last write (:func:`add_order_edges`);
+* ``recomputable`` is decided for every op by :func:`recompute_blocker` (schema writes,
+  outputs aliasing resident tensors, random operators, uninitialised results);
+* ``module`` is the path of the module whose forward ran the op, where the trace recorded
+  one (``node.meta["roam_module"]``, :class:`roam.capture.trace.ModuleTracker`).
 
 Sizes are bytes (numel x element size); ``cost`` is seconds. See GRAPH_FORMAT.md and
 ROAM (arXiv 2310.19295) for what the planner does with the result.
@@ -38,7 +42,7 @@ from torch.fx.node import map_arg
 
 from .errors import CaptureError
 from .cost import estimate_op
-from .trace import PHASE_KEY, PHASES
+from .trace import MODULE_KEY, PHASE_KEY, PHASES
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
 
@@ -119,6 +123,106 @@ HIDDEN_WRITES = {
     "aten::miopen_batch_norm": (("running_mean", "running_var"), "training"),
     "aten::rrelu_with_noise": (("noise",), "training"),
 }
+
+
+# Random operators (schema names without the ``aten::`` prefix and without a trailing ``_``,
+# so that the in-place and ``out=`` overloads are covered too). The schema tells randomness
+# only where it has a ``Generator`` argument or PyTorch tagged the operator
+# ``nondeterministic_seeded``; in 1.13 neither covers e.g. ``native_dropout`` consistently, so
+# the list is the primary source and the schema a second one.
+RANDOM_OPS = frozenset({
+    "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout", "native_dropout",
+    "_fused_dropout", "fused_dropout", "bernoulli", "rand", "rand_like", "randn", "randn_like",
+    "randint", "randint_like", "normal", "uniform", "multinomial", "randperm", "random",
+    "exponential", "geometric", "cauchy", "log_normal", "poisson", "binomial", "rrelu",
+    "rrelu_with_noise", "_standard_gamma", "_sample_dirichlet", "_dirichlet_grad_random",
+})
+
+# Operators whose result is fresh memory with unspecified contents: running them again does
+# not give the same bytes (their users fill the result in place).
+UNINITIALIZED_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "_empty_affine_quantized", "_empty_per_channel_affine_quantized", "empty_quantized",
+})
+
+
+def _base_name(schema) -> str:
+    """``aten::uniform_`` -> ``uniform``."""
+    name = schema.name.split("::", 1)[-1]
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def is_random_op(target) -> bool:
+    """True for an operator that draws from a random generator: named in
+    :data:`RANDOM_OPS`, taking a ``Generator`` argument, or tagged ``nondeterministic_seeded``
+    (or ``nondeterministic_bitwise``) by PyTorch."""
+    schema = target._schema
+    if _base_name(schema) in RANDOM_OPS:
+        return True
+    if any("Generator" in str(a.type) for a in schema.arguments):
+        return True
+    tags = set(getattr(target, "tags", ()) or ())
+    nd = {getattr(torch.Tag, n) for n in ("nondeterministic_seeded", "nondeterministic_bitwise")
+          if hasattr(torch, "Tag") and hasattr(torch.Tag, n)}
+    return bool(tags & nd)
+
+
+def schema_mutates(schema) -> bool:
+    """True when the schema says the operator writes an argument: ``is_mutable`` (some
+    argument's alias info has a write, e.g. ``Tensor(a!) self`` of ``relu_`` or ``Tensor(a!)
+    out`` of an ``out=`` overload)."""
+    if getattr(schema, "is_mutable", False):
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+RECOMPUTE_BLOCKERS = ("random", "writes", "aliases_resident", "uninitialized")
+
+
+def recompute_blocker(target, written: Sequence[str], output_roots_resident: Sequence[bool]
+                      ) -> Optional[str]:
+    """Why the op cannot be recomputed, or None when it is ``recomputable``.
+
+    GRAPH_FORMAT.md: an op is recomputable when running it again later on the same input
+    values gives bit-identical outputs and changes nothing else. The rules, in order (the
+    first that applies is returned):
+
+    * ``"random"``: :func:`is_random_op` (dropout, ``bernoulli``, ``rand*``, ...): running it
+      again draws other numbers unless the executor restores the generator state, which it
+      does not yet. In-place random ops such as ``bernoulli_`` (which write too) count
+      here. On the CPU, PyTorch 1.13 runs ``F.dropout`` as ``empty_like`` (uninitialized),
+      ``bernoulli_`` (random), ``div_`` (writes) and ``mul`` by the mask: that ``mul`` is
+      deterministic given the mask it reads, hence recomputable.
+    * ``"writes"``: the op writes an argument's storage. From the schema
+      (:func:`schema_mutates`: ``is_mutable`` / an argument alias annotated with a write --
+      every ``_``-suffixed in-place overload and every ``out=`` overload), from the
+      tensors' version counters and the hidden writes of :data:`HIDDEN_WRITES` (e.g.
+      ``native_batch_norm`` updating the running statistics in training mode), i.e.
+      ``written`` non-empty. This covers the optimizer update (``add_``, ``mul_``,
+      ``addcdiv_``, ... on parameters and state) and BatchNorm's running-stat updates. A
+      name ending in a single ``_`` is also treated as a write even if the schema were to say
+      none.
+    * ``"aliases_resident"``: an output is an alias whose root is a resident tensor
+      (parameter, buffer, optimizer state, constant, input), e.g. ``t`` of a weight or a
+      ``view`` of the input batch: ``output_roots_resident`` has a True.
+    * ``"uninitialized"``: :data:`UNINITIALIZED_OPS` (``empty`` and relatives): the
+      contents of the result are unspecified.
+
+    Everything else -- pure operators and views of intermediate tensors -- is recomputable.
+    Whether the inputs still hold the same values when a planner recomputes is the planner's
+    concern: the ``after`` edges order every overwrite of a storage after its readers.
+    """
+    schema = target._schema
+    inplace_name = schema.name.endswith("_") and not schema.name.endswith("__")
+    if is_random_op(target):
+        return "random"
+    if written or schema_mutates(schema) or inplace_name:
+        return "writes"
+    if any(output_roots_resident):
+        return "aliases_resident"
+    if _base_name(schema) in UNINITIALIZED_OPS:
+        return "uninitialized"
+    return None
 
 
 # ---------------------------------------------------------------- schema alias sets
@@ -205,6 +309,7 @@ class BuiltGraph:
     oversized_storages: List[str] = field(default_factory=list)
     undeclared_aliases: Dict[str, int] = field(default_factory=dict)  # target -> count
     estimates: Dict[str, Tuple[float, float]] = field(default_factory=dict)  # op -> flops, bytes
+    recompute_blockers: Dict[str, str] = field(default_factory=dict)  # op id -> rule
     loss_value: Optional[torch.Tensor] = None
 
 
@@ -441,8 +546,18 @@ class GraphBuilder(torch.fx.Interpreter):
         phase = n.meta.get(PHASE_KEY, "other")
         if phase not in PHASES:
             phase = "other"
-        self.g.ops.append({"id": oid, "target": str(target), "phase": phase,
-                           "inputs": inputs, "outputs": out_ids, "cost": cost})
+        blocker = recompute_blocker(
+            target, written,
+            ["role" in self._by_id(self._root[t]) for t in out_ids
+             if "alias_of" in self._by_id(t)])
+        rec = {"id": oid, "target": str(target), "phase": phase, "inputs": inputs,
+               "outputs": out_ids, "cost": cost, "recomputable": blocker is None}
+        if blocker is not None:
+            self.g.recompute_blockers[oid] = blocker
+        module = n.meta.get(MODULE_KEY)
+        if module:
+            rec["module"] = module
+        self.g.ops.append(rec)
         by_tid = {tid: t for _, tid, t in flat_in}
         self.g.estimates[oid] = estimate_op(target, {a.name: rv for a, _, rv in bound},
                                             list(by_tid.values()), fresh_out,

@@ -6,7 +6,10 @@ fake tensors (a ``FakeTensorMode`` active below make_fx's proxy mode, see
 :mod:`roam.capture.fake`: nothing is allocated). Phases are recorded while tracing: a
 module-level "current phase" is set by the traced function at each phase boundary and every
 fx node created while it is set is stamped with it (``node.meta["roam_phase"]``). Nothing is
-inferred from operator names.
+inferred from operator names. Likewise each node records the path of the ``nn.Module`` whose
+forward ran it (``node.meta["roam_module"]``, see :class:`ModuleTracker`): for forward ops from
+forward pre/post hooks on every submodule, for backward ops from the autograd node being
+applied, whose creating module is recorded during the forward.
 
 The update is the optimizer's own ``step()`` (any ``torch.optim`` optimizer, in its steady
 state): while tracing, the optimizer's parameter groups and state are swapped for the traced
@@ -24,11 +27,12 @@ import copy
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.fx
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import functional_call
 
@@ -56,16 +60,167 @@ def phase(name: str):
         _CURRENT_PHASE = old
 
 
+MODULE_KEY = "roam_module"
+
+# The ModuleTracker of the trace in progress (None outside trace_training_step).
+_TRACKER: Optional["ModuleTracker"] = None
+
+
+class ModuleTracker:
+    """Which ``nn.Module`` of ``model`` ran each fx node of a trace (PyTorch 1.13's make_fx
+    records no ``nn_module_stack``).
+
+    Forward: a forward pre-hook on every submodule pushes the module's dotted path and a
+    forward hook pops it, so the top of the stack is the innermost module whose ``forward``
+    is running when make_fx creates a node. A module registered under several names gets the
+    one whose parent is the enclosing module on the stack; if that does not decide, its path
+    is unknown (None) and its ops get no module. Modules that are not submodules of
+    ``model``, and a submodule whose ``forward`` is called directly instead of through
+    ``__call__``, run no hooks: their ops get the innermost enclosing submodule.
+
+    Backward: while the forward runs, a ``TorchFunctionMode`` (:meth:`claiming`) sees every
+    outermost torch call; the autograd nodes that call created -- those reachable from its
+    results' ``grad_fn`` without passing an argument's ``grad_fn`` or a node seen before --
+    belong to the module on top of the stack. Each such node gets a pre-hook and a hook that
+    push and pop that module while autograd applies it, so the backward ops of its formula
+    get the module of the forward op they differentiate. Ops that autograd runs between
+    nodes (the seed ``ones_like``, accumulation of gradients from several uses) and nodes
+    created outside a torch call (a direct ``torch.ops`` call, a custom autograd Function)
+    get no module: nothing is guessed.
+
+    Paths are those of ``model.named_modules()``; the root module's own ops (path ``""``)
+    get no module either.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.names: Dict[int, List[str]] = {}
+        self.modules: List[torch.nn.Module] = []
+        for name, mod in model.named_modules(remove_duplicate=False):
+            if id(mod) not in self.names:
+                self.names[id(mod)] = []
+                self.modules.append(mod)
+            self.names[id(mod)].append(name)
+        self.stack: List[Optional[str]] = []      # forward: paths of running modules
+        self.backward: List[Optional[str]] = []   # backward: paths of applied autograd nodes
+        self.owner: Dict[Any, Optional[str]] = {}  # autograd node -> module path
+        self._handles: List[Any] = []
+
+    def resolve(self, mod: torch.nn.Module) -> Optional[str]:
+        """The path of ``mod`` in the model for the call now starting, or None if unknown."""
+        names = self.names.get(id(mod), [])
+        if len(names) == 1:
+            return names[0]
+        parent = self.stack[-1] if self.stack else None
+        if parent is not None:
+            cands = [n for n in names if n.rpartition(".")[0] == parent and n != parent]
+            if len(cands) == 1:
+                return cands[0]
+        return None
+
+    def current(self, phase_name: Optional[str]) -> Optional[str]:
+        """The module path for a node created now in phase ``phase_name`` (None: no module)."""
+        stack = self.stack if phase_name == "forward" else (
+            self.backward if phase_name == "backward" else [])
+        path = stack[-1] if stack else None
+        return path or None  # the root module ("") counts as no module
+
+    def _pre(self, mod, inputs):
+        self.stack.append(self.resolve(mod))
+
+    def _post(self, mod, inputs, output):
+        self.stack.pop()
+
+    def claim(self, result, stop: Set[Any]) -> None:
+        """Record the module on top of the stack as the owner of the autograd nodes created by
+        the torch call that returned ``result`` (see the class docstring)."""
+        path = self.stack[-1] if self.stack else None
+        todo = [t.grad_fn for t in pytree.tree_flatten(result)[0]
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or node in stop or node in self.owner:
+                continue
+            if "AccumulateGrad" in node.name():  # a leaf's, not created by the call
+                continue
+            self.owner[node] = path
+            if path:
+                self._hook_node(node, path)
+            todo.extend(nxt for nxt, _ in node.next_functions)
+
+    def _hook_node(self, node, path: str) -> None:
+        def pre(grad_outputs):
+            self.backward.append(path)
+
+        def post(grad_inputs, grad_outputs):
+            self.backward.pop()
+
+        node.register_prehook(pre)
+        node.register_hook(post)
+
+    @contextlib.contextmanager
+    def claiming(self):
+        """Within the block, every outermost torch call claims the autograd nodes it
+        creates (:meth:`claim`)."""
+        from torch.overrides import TorchFunctionMode
+        tracker = self
+
+        class _Claim(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                stop = {t.grad_fn for t in pytree.tree_flatten((args, kwargs))[0]
+                        if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+                out = func(*args, **kwargs)
+                tracker.claim(out, stop)
+                return out
+
+        with _Claim():
+            yield
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Register the module hooks and make this the tracker of :func:`_stamp_phases`."""
+        global _TRACKER
+        old = _TRACKER
+        try:
+            for mod in self.modules:
+                self._handles.append(mod.register_forward_pre_hook(self._pre))
+                self._handles.append(mod.register_forward_hook(self._post))
+            _TRACKER = self
+            yield self
+        finally:
+            _TRACKER = old
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self.owner.clear()  # drop the references to autograd nodes
+
+
+@contextlib.contextmanager
+def _forward_claims():
+    """The claiming mode of the active tracker for the forward phase (no-op without one)."""
+    if _TRACKER is None:
+        yield
+    else:
+        with _TRACKER.claiming():
+            yield
+
+
 @contextlib.contextmanager
 def _stamp_phases(progress: Optional[Callable[[str], None]] = None, every: float = 2.0):
-    """Wrap ``torch.fx.Graph.create_node`` so every node records the current phase; with
-    ``progress``, report the node count every ``every`` seconds."""
+    """Wrap ``torch.fx.Graph.create_node`` so every node records the current phase (and,
+    with a :class:`ModuleTracker` installed, the current module path under
+    ``node.meta["roam_module"]`` where there is one); with ``progress``, report the node
+    count every ``every`` seconds."""
     original = torch.fx.Graph.create_node
     count = [0, time.monotonic()]
 
     def create_node(self, *args, **kwargs):
         node = original(self, *args, **kwargs)
         node.meta[PHASE_KEY] = _CURRENT_PHASE or "other"
+        if _TRACKER is not None:
+            path = _TRACKER.current(_CURRENT_PHASE)
+            if path:
+                node.meta[MODULE_KEY] = path
         count[0] += 1
         if progress is not None and time.monotonic() - count[1] >= every:
             count[1] = time.monotonic()
@@ -411,7 +566,7 @@ def make_train_step(state: TrainingState) -> Callable:
     in_optimizer = {i for idx in state.group_index for i in idx}
 
     def train_step(params, buffers, optimizer_state, inputs):
-        with phase("forward"):
+        with phase("forward"), _forward_claims():
             loss = _forward_loss(state, params, buffers, inputs)
         with phase("backward"):
             grads = _grads(loss, params)
@@ -644,6 +799,7 @@ def trace_training_step(state: TrainingState, seed: int = 0,
     torch.manual_seed(seed)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_stamp_phases(progress))
+        stack.enter_context(ModuleTracker(state.model).installed())
         if state.fake_mode is not None:
             from .fake import count_fallbacks
             fallbacks = stack.enter_context(count_fallbacks())

@@ -1,0 +1,328 @@
+"""The ``recomputable`` and ``module`` fields of captured ops (GRAPH_FORMAT.md): the exact
+value for each kind of op on tiny hand-made models, and the rules of
+:func:`roam.capture.export.recompute_blocker` on operator schemas alone."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import roam
+from conftest import TinyCNN, tiny_batch
+from roam.capture.export import is_random_op, recompute_blocker, schema_mutates
+
+aten = torch.ops.aten
+
+
+def _capture(model, inputs, fake=False, eval_mode=False):
+    torch.manual_seed(0)
+    model.train(not eval_mode)
+    opt = torch.optim.Adam(model.parameters(), foreach=False)
+    return roam.capture(model, opt, nn.CrossEntropyLoss(), inputs, cost="none", fake=fake,
+                        check_peak=not fake)
+
+
+def _vector_batch(features=6, batch=4, classes=3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(batch, features, generator=g),
+            torch.randint(0, classes, (batch,), generator=g))
+
+
+def _root(graph, tid):
+    by_id = {t["id"]: t for t in graph["tensors"]}
+    while "alias_of" in by_id[tid]:
+        tid = by_id[tid]["alias_of"]
+    return by_id[tid]
+
+
+def _check_common(g):
+    """Every op has a boolean ``recomputable``; meta counts them; writes, resident aliases
+    and phases agree with the rules."""
+    graph = g.graph
+    assert all(isinstance(op["recomputable"], bool) for op in graph["ops"])
+    n = sum(op["recomputable"] for op in graph["ops"])
+    assert graph["meta"]["recomputable_ops"] == n
+    info = graph["meta"]["capture"]["recomputable"]
+    assert info["ops"] == n
+    assert sum(info["not_recomputable"].values()) == len(graph["ops"]) - n
+    for op in graph["ops"]:
+        if g.op_writes[op["id"]]:
+            assert op["recomputable"] is False, op
+        for o in op["outputs"]:
+            t = next(x for x in graph["tensors"] if x["id"] == o)
+            if "alias_of" in t and "role" in _root(graph, o):
+                assert op["recomputable"] is False, op
+        if op["phase"] == "update" and op["target"].split(".")[1].endswith("_"):
+            assert op["recomputable"] is False, op
+        if "module" in op:
+            assert isinstance(op["module"], str) and op["module"]
+            assert op["phase"] in ("forward", "backward")
+    assert graph["meta"]["capture"]["module"]["ops"] == sum("module" in op
+                                                          for op in graph["ops"])
+
+
+def _ops(g, target, phase=None):
+    return [op for op in g.graph["ops"]
+            if op["target"] == target and (phase is None or op["phase"] == phase)]
+
+
+def _values(g, target, phase=None):
+    return {op["recomputable"] for op in _ops(g, target, phase)}
+
+
+def _modules(g, target, phase=None):
+    return [op.get("module") for op in _ops(g, target, phase)]
+
+
+# ---------------------------------------------------------------- Linear + ReLU
+
+@pytest.fixture(scope="module")
+def mlp_capture():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    return _capture(model, _vector_batch())
+
+
+def test_linear_relu(mlp_capture):
+    g = mlp_capture
+    _check_common(g)
+    # t(weight) is a view of a parameter: its output aliases a resident tensor
+    assert _values(g, "aten.t.default", "forward") == {False}
+    assert _values(g, "aten.addmm.default") == {True}
+    assert _values(g, "aten.relu.default") == {True}
+    assert _values(g, "aten.threshold_backward.default") == {True}
+    assert _values(g, "aten.mm.default") == {True}
+    assert _values(g, "aten._log_softmax.default") == {True}
+    assert _values(g, "aten.nll_loss_backward.default") == {True}
+    # views of intermediate tensors (the gradients' transposes) are recomputable
+    views = [op for op in _ops(g, "aten.t.default", "backward")
+             if "role" not in _root(g.graph, op["outputs"][0])]
+    assert views and all(op["recomputable"] for op in views)
+    # Adam: in-place updates of parameters and state are not; sqrt / div of the state are
+    for t in ("aten.add_.Tensor", "aten.mul_.Tensor", "aten.addcmul_.default",
+              "aten.addcdiv_.default"):
+        assert _values(g, t, "update") == {False}, t
+    assert _values(g, "aten.sqrt.default", "update") == {True}
+    assert _values(g, "aten.div.Tensor", "update") == {True}
+    info = g.meta["capture"]["recomputable"]["not_recomputable"]
+    assert info["random"] == 0 and info["aliases_resident"] >= 2 and info["writes"] > 0
+
+
+def test_linear_relu_modules(mlp_capture):
+    g = mlp_capture
+    assert _modules(g, "aten.addmm.default") == ["0", "2"]
+    assert _modules(g, "aten.relu.default") == ["1"]
+    assert _modules(g, "aten.t.default", "forward") == ["0", "2"]
+    # backward ops get the module of the forward op they differentiate
+    assert _modules(g, "aten.threshold_backward.default") == ["1"]
+    assert sorted(_modules(g, "aten.mm.default", "backward")) == ["0", "2", "2"]
+    # the loss is not part of the model; the optimizer update is in no module's forward
+    for t in ("aten._log_softmax.default", "aten.nll_loss_forward.default",
+              "aten.nll_loss_backward.default", "aten.ones_like.default"):
+        assert _modules(g, t) == [None], t
+    assert all("module" not in op for op in g.ops if op["phase"] == "update")
+
+
+# ---------------------------------------------------------------- Conv + BatchNorm + ReLU_
+
+@pytest.fixture(scope="module")
+def cnn_capture():
+    torch.manual_seed(0)
+    return _capture(TinyCNN(), tiny_batch(1))
+
+
+def test_conv_batchnorm_inplace_relu(cnn_capture):
+    g = cnn_capture
+    _check_common(g)
+    assert _values(g, "aten.convolution.default") == {True}
+    # training-mode batch norm writes running_mean / running_var (resident buffers)
+    (bn,) = _ops(g, "aten.native_batch_norm.default")
+    assert bn["recomputable"] is False
+    assert len(g.op_writes[bn["id"]]) == 2
+    # num_batches_tracked += 1
+    (nbt,) = _ops(g, "aten.add_.Tensor", "forward")
+    assert nbt["recomputable"] is False
+    assert _values(g, "aten.relu_.default") == {False}
+    assert _values(g, "aten.empty.memory_format") == {False}  # contents unspecified
+    assert _values(g, "aten.max_pool2d_with_indices.default") == {True}
+    assert _values(g, "aten._reshape_alias.default", "forward") == {True}  # view of pooled
+    for t in ("aten.convolution_backward.default", "aten.native_batch_norm_backward.default",
+              "aten.threshold_backward.default", "aten.max_pool2d_with_indices_backward.default"):
+        assert _values(g, t) == {True}, t
+    assert g.meta["capture"]["recomputable"]["not_recomputable"]["uninitialized"] == 1
+
+
+def test_conv_batchnorm_modules(cnn_capture):
+    g = cnn_capture
+    expect = {"aten.convolution.default": ["conv"], "aten.native_batch_norm.default": ["bn"],
+              "aten.relu_.default": ["relu"], "aten.max_pool2d_with_indices.default": ["pool"],
+              "aten.addmm.default": ["fc"], "aten.convolution_backward.default": ["conv"],
+              "aten.native_batch_norm_backward.default": ["bn"],
+              "aten.threshold_backward.default": ["relu"],
+              "aten.max_pool2d_with_indices_backward.default": ["pool"]}
+    for t, m in expect.items():
+        assert _modules(g, t) == m, t
+    # torch.flatten runs in the root module's own forward: no module, forward and backward
+    assert _modules(g, "aten._reshape_alias.default") == [None, None]
+
+
+def test_batchnorm_in_eval_mode_is_recomputable():
+    torch.manual_seed(0)
+    g = _capture(TinyCNN(), tiny_batch(1), eval_mode=True)
+    _check_common(g)
+    (bn,) = _ops(g, "aten.native_batch_norm.default")
+    assert not g.op_writes[bn["id"]] and bn["recomputable"] is True
+
+
+# ---------------------------------------------------------------- dropout
+
+class NativeDropout(nn.Module):
+    """``torch.native_dropout`` called directly (what CUDA's fused dropout runs)."""
+
+    def forward(self, x):
+        return torch.native_dropout(x, 0.5, True)[0]
+
+
+class DropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8)
+        self.drop = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(8, 8)
+        self.ndrop = NativeDropout()
+        self.fc3 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc3(self.ndrop(self.fc2(self.drop(F.relu(self.fc1(x))))))
+
+
+@pytest.mark.parametrize("fake", [False, True])
+def test_dropout_is_not_recomputable(fake):
+    torch.manual_seed(0)
+    g = _capture(DropoutNet(), _vector_batch(), fake=fake)
+    _check_common(g)
+    # nn.Dropout on the CPU: empty_like (unspecified contents), bernoulli_ (random, in
+    # place), div_ (in place), then mul by the mask, which is deterministic given the mask
+    fwd = [(op["target"], op["recomputable"]) for op in g.ops
+           if op.get("module") == "drop" and op["phase"] == "forward"]
+    assert fwd == [("aten.empty_like.default", False), ("aten.bernoulli_.float", False),
+                   ("aten.div_.Scalar", False), ("aten.mul.Tensor", True)]
+    (drop,) = _ops(g, "aten.native_dropout.default")
+    assert drop["recomputable"] is False and drop["module"] == "ndrop"
+    counts = g.meta["capture"]["recomputable"]["not_recomputable"]
+    assert counts["random"] == 2 and counts["uninitialized"] == 1
+    # the backward of each is a deterministic product with the saved mask
+    (back,) = _ops(g, "aten.native_dropout_backward.default")
+    assert back["recomputable"] is True and back["module"] == "ndrop"
+    assert [op["recomputable"] for op in g.ops
+            if op.get("module") == "drop" and op["phase"] == "backward"] == [True]
+    # F.relu called in the root's forward: no module
+    assert _modules(g, "aten.relu.default") == [None]
+
+
+def test_fake_and_real_captures_agree_on_both_fields():
+    torch.manual_seed(0)
+    model = TinyCNN()
+    real = _capture(model, tiny_batch(1))
+    fake = _capture(model, tiny_batch(1), fake=True)
+    assert [(op["recomputable"], op.get("module")) for op in real.ops] == \
+        [(op["recomputable"], op.get("module")) for op in fake.ops]
+
+
+# ---------------------------------------------------------------- x += y
+
+class InplaceAdd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(6, 8)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        y = self.a(x)
+        y += self.b(x)
+        return self.fc(y)
+
+
+def test_inplace_add():
+    torch.manual_seed(0)
+    g = _capture(InplaceAdd(), _vector_batch())
+    _check_common(g)
+    (add,) = _ops(g, "aten.add_.Tensor", "forward")
+    assert add["recomputable"] is False and "module" not in add  # root forward
+    assert _values(g, "aten.addmm.default") == {True}
+    assert _modules(g, "aten.addmm.default") == ["a", "b", "fc"]
+    # the gradient of x += y passes through unchanged: both Linear backward mm's of a and b
+    mods = _modules(g, "aten.mm.default", "backward")
+    assert sorted(m for m in mods if m) == ["a", "b", "fc", "fc"]
+
+
+# ---------------------------------------------------------------- module paths
+
+class Shared(nn.Module):
+    """One ReLU registered under two names (ambiguous path), one nested block."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(6, 8), nn.Tanh())
+        self.act = nn.ReLU()
+        self.act2 = self.act
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(self.act2(self.act(self.block(x))))
+
+
+def test_module_paths_nested_and_ambiguous():
+    torch.manual_seed(0)
+    g = _capture(Shared(), _vector_batch())
+    _check_common(g)
+    assert _modules(g, "aten.addmm.default") == ["block.0", "fc"]
+    assert _modules(g, "aten.tanh.default") == ["block.1"]
+    assert _modules(g, "aten.tanh_backward.default") == ["block.1"]
+    # the ReLU has two names under the same parent: no module rather than a guess
+    assert _modules(g, "aten.relu.default") == [None, None]
+    assert _modules(g, "aten.threshold_backward.default") == [None, None]
+
+
+# ---------------------------------------------------------------- rules on schemas
+
+@pytest.mark.parametrize("op,written,resident,expected", [
+    (aten.addmm.default, [], [], None),
+    (aten.mm.default, [], [], None),
+    (aten.view.default, [], [False], None),
+    (aten.t.default, [], [True], "aliases_resident"),
+    (aten.relu_.default, ["t1"], [False], "writes"),
+    (aten.relu_.default, [], [False], "writes"),  # the schema alone says so
+    (aten.zero_.default, [], [False], "writes"),
+    (aten.copy_.default, [], [False], "writes"),
+    (aten.add.out, [], [], "writes"),
+    (aten.addcdiv_.default, ["t0"], [True], "writes"),
+    (aten.native_batch_norm.default, ["t3", "t4"], [], "writes"),
+    (aten.native_batch_norm.default, [], [], None),
+    (aten.native_dropout.default, [], [], "random"),
+    (aten.bernoulli.p, [], [], "random"),
+    (aten.bernoulli_.float, ["t2"], [False], "random"),  # random first
+    (aten.rand.default, [], [], "random"),
+    (aten.randn_like.default, [], [], "random"),
+    (aten.randint.low, [], [], "random"),
+    (aten.normal.Tensor_float, [], [], "random"),
+    (aten.multinomial.default, [], [], "random"),
+    (aten.randperm.default, [], [], "random"),
+    (aten.empty.memory_format, [], [], "uninitialized"),
+    (aten.empty_like.default, [], [], "uninitialized"),
+    (aten.native_dropout_backward.default, [], [], None),
+    (aten.__and__.Tensor, [], [], None),
+])
+def test_recompute_blocker(op, written, resident, expected):
+    assert recompute_blocker(op, written, resident) == expected
+
+
+def test_schema_helpers():
+    assert schema_mutates(aten.relu_.default._schema)
+    assert schema_mutates(aten.mm.out._schema)
+    assert not schema_mutates(aten.mm.default._schema)
+    assert not schema_mutates(aten.t.default._schema)
+    assert is_random_op(aten.uniform_.default)
+    assert is_random_op(aten.rand.generator)  # Generator argument
+    assert not is_random_op(aten.convolution.default)
