@@ -6,13 +6,20 @@
 // 2023, applied to roam's order and layout planners):
 //  1. The forward ops, in program order, are cut wherever at most one forward-produced storage
 //     is read across the cut (a chain of *units*: layers, residual blocks, transformer blocks).
-//  2. Segmentations: consecutive units are grouped into 1, 2, 4, ..., 128 segments of about equal
-//     droppable bytes. Dropping a segment keeps its input (the previous segment's boundary
-//     tensor) and its own boundary tensor, and recomputes, once, every recomputable forward op
-//     of the segment whose outputs the backward reads (and what they read inside the segment).
-//     A non-recomputable op's outputs are kept. Per segmentation, segments are dropped in order
-//     of droppable bytes per recompute second (the segment nearest the loss last): each prefix
-//     is a candidate.
+//  2. Candidates (sets of ops to recompute once). Dropping a span of units keeps its input (the
+//     previous boundary tensor) and its own boundary tensor, and recomputes, once, the
+//     recomputable forward ops of the span whose outputs the backward reads (and what they read
+//     inside the span); a non-recomputable op's outputs are kept. Options per span: all such
+//     ops, or only those at or below the 75%, 50% or 25% quantile of recompute seconds per
+//     output byte (Rockmate: keep the costly ops' outputs, recompute the cheap ones).
+//     a. The chain DP: per unit, its full activation bytes and its options (bytes dropped,
+//        exact seconds); the least seconds such that for every unit j, the bytes the units
+//        before j kept plus all of unit j's bytes stay within a model budget, by a dynamic
+//        program over the Pareto front of (bytes kept, seconds); at 49 model budgets from the
+//        lowest the model reaches to no recomputation.
+//     b. Segmentations of the units into 1, 2, 4, ..., 128 segments of about equal droppable
+//        bytes, segments dropped in order of droppable bytes per second (the one nearest the
+//        loss last), each prefix, per option.
 //  3. Each candidate is expanded into a graph with one extra op per recomputation (a clone
 //     reading the clones of its inputs where they exist), backward readers rewired to the
 //     clones, and control edges that keep the old instance's forward readers before the clone

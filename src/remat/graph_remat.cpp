@@ -217,6 +217,74 @@ Candidate make_candidate(const Graph& g, const Structure& st, const std::vector<
   return c;
 }
 
+// One way to treat a unit: the ops it recomputes, their exact seconds, and the bytes of stored
+// activations that no longer wait for the backward pass.
+struct UnitOption {
+  std::vector<OpIdx> clones;
+  double cost = 0;
+  uint64_t dropped = 0;
+};
+
+// Rotor's chain with Rockmate's options, single-level: unit j is recomputed (if at all) just
+// before its backward, when every unit before it holds what it kept and unit j holds all of its
+// activations again. Minimises the recompute seconds subject to
+//   kept(0..j-1) + full(j) <= model_budget   for every unit j
+// by a dynamic program over the Pareto front of (bytes kept so far, seconds) after each unit.
+// Returns the option index per unit, or an empty vector when the model budget is unreachable.
+std::vector<int32_t> choose_options(const std::vector<uint64_t>& full,
+                                    const std::vector<std::vector<UnitOption>>& options,
+                                    uint64_t model_budget) {
+  struct State {
+    uint64_t kept;
+    double cost;
+    int32_t parent;   // index into the previous layer
+    int32_t option;
+  };
+  std::vector<std::vector<State>> layers;
+  std::vector<State> front = {{0, 0.0, -1, -1}};
+  for (size_t j = 0; j < full.size(); ++j) {
+    std::vector<State> next;
+    for (size_t k = 0; k < front.size(); ++k) {
+      if (front[k].kept + full[j] > model_budget) continue;
+      for (size_t o = 0; o < options[j].size(); ++o) {
+        const UnitOption& u = options[j][o];
+        next.push_back({front[k].kept + full[j] - std::min(full[j], u.dropped), front[k].cost + u.cost,
+                        static_cast<int32_t>(k), static_cast<int32_t>(o)});
+      }
+    }
+    if (next.empty()) return {};
+    std::sort(next.begin(), next.end(), [](const State& a, const State& b) {
+      if (a.kept != b.kept) return a.kept < b.kept;
+      return a.cost < b.cost;
+    });
+    std::vector<State> pareto;  // kept increasing, cost strictly decreasing
+    for (const State& s : next) {
+      if (pareto.empty() || s.cost < pareto.back().cost) pareto.push_back(s);
+    }
+    constexpr size_t kMaxFront = 2048;  // thin very long fronts evenly (keeps both ends)
+    if (pareto.size() > kMaxFront) {
+      std::vector<State> thin;
+      for (size_t i = 0; i < kMaxFront; ++i) thin.push_back(pareto[i * (pareto.size() - 1) / (kMaxFront - 1)]);
+      pareto = std::move(thin);
+    }
+    layers.push_back(front);
+    front = std::move(pareto);
+  }
+  layers.push_back(front);
+  size_t best = 0;
+  for (size_t k = 1; k < front.size(); ++k) {
+    if (front[k].cost < front[best].cost) best = k;
+  }
+  std::vector<int32_t> choice(full.size(), 0);
+  int32_t k = static_cast<int32_t>(best);
+  for (size_t j = full.size(); j-- > 0;) {
+    const State& s = layers[j + 1][k];
+    choice[j] = s.option;
+    k = s.parent;
+  }
+  return choice;
+}
+
 // The graph with one extra op per recomputation (see remat.h, step 3).
 struct Expanded {
   Graph graph;
@@ -520,6 +588,65 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
       candidates.push_back(std::move(c));
     }
     if (k >= units.size()) break;
+  }
+  // Options per unit (keep all; drop the ops at or below each cost-per-byte threshold) and the
+  // chain DP at a ladder of model budgets: each answer is a candidate too.
+  {
+    std::vector<uint64_t> full(units.size(), 0);
+    std::vector<std::vector<UnitOption>> options(units.size());
+    for (size_t j = 0; j < units.size(); ++j) {
+      for (int32_t i = units[j].begin; i < units[j].end; ++i) {
+        const OpIdx v = st.forward[i];
+        for (StorageIdx x : g.op_storages[v]) {
+          const Storage& sx = g.storages[x];
+          if (sx.producer != v || sx.workspace_of >= 0) continue;
+          bool backward = false;
+          for (OpIdx u : sx.users) backward |= g.ops[u].phase != Phase::kForward;
+          if (backward) full[j] += align_up(sx.size, alignment);
+        }
+      }
+      options[j].push_back(UnitOption{});
+      std::set<std::vector<OpIdx>> distinct;
+      for (double max_ratio : thresholds) {
+        Candidate c = make_candidate(g, st, units, {static_cast<int32_t>(j)}, ratio, max_ratio);
+        if (c.clones.empty() || !distinct.insert(c.clones).second) continue;
+        UnitOption o;
+        o.cost = c.cost;
+        for (OpIdx v : c.clones) {
+          for (StorageIdx x : g.op_storages[v]) {
+            if (g.storages[x].producer == v && g.storages[x].workspace_of < 0) {
+              o.dropped += align_up(g.storages[x].size, alignment);
+            }
+          }
+        }
+        o.clones = std::move(c.clones);
+        options[j].push_back(std::move(o));
+      }
+    }
+    // The model's range: from dropping the most everywhere to dropping nothing.
+    uint64_t lo = 0, hi = 0, kept = 0;
+    for (size_t j = 0; j < units.size(); ++j) {
+      uint64_t most = 0;
+      for (const UnitOption& o : options[j]) most = std::max(most, std::min(full[j], o.dropped));
+      lo = std::max(lo, kept + full[j]);
+      kept += full[j] - most;
+      hi += full[j];
+    }
+    constexpr int kLadder = 48;
+    for (int i = 0; i <= kLadder && hi > lo; ++i) {
+      const uint64_t m = lo + static_cast<uint64_t>(static_cast<double>(hi - lo) * i / kLadder);
+      const std::vector<int32_t> choice = choose_options(full, options, m);
+      if (choice.empty()) continue;
+      Candidate c;
+      for (size_t j = 0; j < units.size(); ++j) {
+        const UnitOption& o = options[j][choice[j]];
+        c.clones.insert(c.clones.end(), o.clones.begin(), o.clones.end());
+        c.cost += o.cost;
+      }
+      std::sort(c.clones.begin(), c.clones.end());
+      if (c.clones.empty() || !seen.insert(c.clones).second) continue;
+      candidates.push_back(std::move(c));
+    }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.cost != b.cost) return a.cost < b.cost;
