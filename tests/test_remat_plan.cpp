@@ -2,6 +2,8 @@
 // hand-worked schedules, and roam::plan_with_budget on random graphs.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <map>
 #include <random>
 
 #include "roam/remat.h"
@@ -258,6 +260,214 @@ TEST(GraphRemat, PropertiesOnRandomGraphs) {
     }
   }
   EXPECT_GT(recomputing, 0) << "no random graph needed recomputation";
+}
+
+}  // namespace
+
+namespace {
+
+// ---- graph remat against an independent exhaustive search on tiny graphs ---------------------
+// Every size is 64 B (the alignment), so an optimal layout's arena is Tp (the live intervals of
+// one order form an interval graph) and the search can compare Tp. Schedules: every op once,
+// each recomputable op at most once more (the class roam's exact search covers).
+
+struct TinyModel {
+  int n = 0;
+  std::vector<std::vector<int>> inputs, outputs, after;
+  std::vector<int> alias_of, producer;  // per tensor
+  std::vector<bool> resident, recomputable, graph_output;
+  std::vector<double> cost;
+  std::vector<uint64_t> size;
+};
+
+TinyModel tiny_model(const json& doc) {
+  TinyModel m;
+  std::map<std::string, int> tid, oid;
+  for (const json& t : doc["tensors"]) {
+    const int i = static_cast<int>(tid.size());
+    tid[t["id"]] = i;
+    m.size.push_back(t["size"]);
+    m.resident.push_back(t.contains("role"));
+  }
+  m.alias_of.assign(tid.size(), -1);
+  m.producer.assign(tid.size(), -1);
+  m.graph_output.assign(tid.size(), false);
+  for (const json& t : doc["tensors"]) {
+    if (t.contains("alias_of")) m.alias_of[tid[t["id"]]] = tid[t["alias_of"]];
+  }
+  for (const json& o : doc["ops"]) oid[o["id"]] = static_cast<int>(oid.size());
+  m.n = static_cast<int>(oid.size());
+  for (const json& o : doc["ops"]) {
+    std::vector<int> in, out, aft;
+    for (const json& t : o["inputs"]) in.push_back(tid[t]);
+    for (const json& t : o["outputs"]) {
+      out.push_back(tid[t]);
+      m.producer[tid[t]] = static_cast<int>(m.inputs.size());
+    }
+    if (o.contains("after")) {
+      for (const json& a : o["after"]) aft.push_back(oid[a]);
+    }
+    m.inputs.push_back(in);
+    m.outputs.push_back(out);
+    m.after.push_back(aft);
+    m.recomputable.push_back(o.value("recomputable", false));
+    m.cost.push_back(o.value("cost", 0.0));
+  }
+  for (const json& t : doc["outputs"]) m.graph_output[tid[t]] = true;
+  // A resident root makes its aliases resident too.
+  for (size_t t = 0; t < m.size.size(); ++t) {
+    int r = static_cast<int>(t);
+    while (m.alias_of[r] >= 0) r = m.alias_of[r];
+    if (m.resident[r]) m.resident[t] = true;
+  }
+  return m;
+}
+
+// Tp of a schedule under the plan-version-2 rules, or -1 when the schedule breaks one.
+int64_t tiny_tp(const TinyModel& m, const std::vector<int>& sched) {
+  const size_t nt = m.size.size();
+  std::vector<int> bind(nt, -1);  // instance bound to a tensor that an op produced
+  std::vector<uint64_t> inst_size;
+  std::vector<int> first, last;
+  std::vector<int> runs(m.n, 0), first_run(m.n, -1), last_run(m.n, -1);
+  auto bound = [&](int t) -> int {  // -2 resident, -1 unbound, else instance
+    if (m.resident[t] && m.producer[t] < 0) return -2;
+    while (m.producer[t] < 0 && m.alias_of[t] >= 0) t = m.alias_of[t];
+    if (m.resident[t] && m.producer[t] < 0) return -2;
+    return bind[t];
+  };
+  for (size_t k = 0; k < sched.size(); ++k) {
+    const int v = sched[k];
+    if (runs[v] == 1 && !m.recomputable[v]) return -1;
+    if (first_run[v] < 0) first_run[v] = static_cast<int>(k);
+    last_run[v] = static_cast<int>(k);
+    ++runs[v];
+    for (int t : m.inputs[v]) {
+      const int b = bound(t);
+      if (b == -1) return -1;
+      if (b >= 0) last[b] = static_cast<int>(k);
+    }
+    for (int t : m.outputs[v]) {
+      if (m.alias_of[t] >= 0) {
+        const int b = bound(m.alias_of[t]);
+        if (b == -1) return -1;
+        bind[t] = b;
+        if (b >= 0) last[b] = static_cast<int>(k);
+        continue;
+      }
+      if (m.resident[t]) continue;
+      bind[t] = static_cast<int>(inst_size.size());
+      inst_size.push_back(m.size[t] == 0 ? 0 : 64);
+      first.push_back(static_cast<int>(k));
+      last.push_back(static_cast<int>(k));
+    }
+  }
+  for (int v = 0; v < m.n; ++v) {
+    if (runs[v] == 0) return -1;
+    for (int a : m.after[v]) {
+      if (last_run[a] > first_run[v]) return -1;
+    }
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    if (!m.graph_output[t]) continue;
+    const int b = bound(static_cast<int>(t));
+    if (b >= 0) last[b] = static_cast<int>(sched.size()) - 1;
+  }
+  int64_t tp = 0;
+  for (size_t k = 0; k < sched.size(); ++k) {
+    int64_t live = 0;
+    for (size_t i = 0; i < inst_size.size(); ++i) {
+      if (first[i] <= static_cast<int>(k) && static_cast<int>(k) <= last[i]) live += static_cast<int64_t>(inst_size[i]);
+    }
+    tp = std::max(tp, live);
+  }
+  return tp;
+}
+
+// The least recompute seconds over every schedule with Tp <= cap (infinity if none).
+double tiny_best_cost(const TinyModel& m, uint64_t cap) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> runs(m.n, 0), sched;
+  auto dfs = [&](auto&& self) -> void {
+    bool all = true;
+    for (int v = 0; v < m.n; ++v) all = all && runs[v] > 0;
+    if (all) {
+      const int64_t tp = tiny_tp(m, sched);
+      if (tp >= 0 && static_cast<uint64_t>(tp) <= cap) {
+        double c = 0;
+        std::vector<int> seen(m.n, 0);
+        for (int v : sched) c += seen[v]++ > 0 ? m.cost[v] : 0.0;
+        best = std::min(best, c);
+      }
+    }
+    if (sched.size() >= static_cast<size_t>(m.n) + 4) return;
+    for (int v = 0; v < m.n; ++v) {
+      if (runs[v] >= (m.recomputable[v] ? 2 : 1)) continue;
+      ++runs[v];
+      sched.push_back(v);
+      self(self);
+      sched.pop_back();
+      --runs[v];
+    }
+  };
+  dfs(dfs);
+  return best;
+}
+
+TEST(GraphRemat, EqualsExhaustiveSearchOnTinyGraphs) {
+  int compared = 0, recomputing = 0;
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    std::mt19937_64 rng(seed);
+    json doc;
+    if (seed % 2 == 0) {
+      roamtest::RandomGraphOptions o;
+      o.num_ops = 4 + static_cast<int>(seed % 3);
+      o.p_zero_size = 0;
+      doc = roamtest::random_graph_json(seed + 1000, o);
+    } else {  // a training chain: forward f0 -> f1 -> f2, backward b2 -> b1 -> b0 reading them
+      GraphJson b("chain-" + std::to_string(seed));
+      const int k = 3;
+      b.tensor("x", 64, "input");
+      for (int i = 0; i < k; ++i) b.tensor("a" + std::to_string(i), 64).tensor("d" + std::to_string(i), 64);
+      for (int i = 0; i < k; ++i) {
+        b.op("f" + std::to_string(i), {i == 0 ? "x" : "a" + std::to_string(i - 1)}, {"a" + std::to_string(i)});
+      }
+      for (int i = k - 1; i >= 0; --i) {
+        std::vector<std::string> in = {i == k - 1 ? "a" + std::to_string(k - 1) : "d" + std::to_string(i + 1)};
+        if (rng() % 2 == 0 && i > 0) in.push_back("a" + std::to_string(i - 1));
+        b.op("b" + std::to_string(i), in, {"d" + std::to_string(i)}, "backward");
+      }
+      b.output("d0");
+      doc = b.doc;
+    }
+    for (json& t : doc["tensors"]) t["size"] = 64;
+    int recomputable = 0;
+    for (json& op : doc["ops"]) {
+      const bool r = recomputable < 3 && rng() % 3 != 0;
+      recomputable += r ? 1 : 0;
+      op["recomputable"] = r;
+      op["cost"] = static_cast<double>(1 + rng() % 9);
+    }
+    const roam::Graph g = roam::parse_graph(doc, "tiny.json");
+    const TinyModel m = tiny_model(doc);
+    const roam::PlanRequest req;
+    const uint64_t peak0 = roam::make_plan(g, req).plan.stats.peak_bytes;
+    for (uint64_t budget = g.resident_bytes; budget <= peak0; budget += 64) {
+      const double brute = tiny_best_cost(m, budget - g.resident_bytes);
+      try {
+        const roam::PlanResult r = roam::plan_with_budget(g, req, budget);
+        ASSERT_TRUE(roam::validate_plan(g, roam::plan_to_json(g, r.plan), "p.json").valid) << seed;
+        const double cost = r.plan.version == 2 ? r.plan.stats.recompute_seconds : 0.0;
+        EXPECT_DOUBLE_EQ(cost, brute) << "seed " << seed << " budget " << budget;
+        recomputing += r.plan.version == 2 ? 1 : 0;
+      } catch (const roam::BudgetInfeasible&) {
+        EXPECT_EQ(brute, std::numeric_limits<double>::infinity()) << "seed " << seed << " budget " << budget;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 200);
+  EXPECT_GT(recomputing, 10);
 }
 
 }  // namespace

@@ -12,8 +12,12 @@
 #include "roam/layout.h"
 #include "roam/order.h"
 #include "roam/validate.h"
+#include "remat_internal.h"
 
 namespace roam {
+
+using remat_internal::Expanded;
+using remat_internal::to_v2;
 
 namespace {
 
@@ -285,13 +289,6 @@ std::vector<int32_t> choose_options(const std::vector<uint64_t>& full,
   return choice;
 }
 
-// The graph with one extra op per recomputation (see remat.h, step 3).
-struct Expanded {
-  Graph graph;
-  std::vector<OpIdx> op_of;         // per expanded op: the op of g
-  std::vector<int32_t> appearance;  // 0 original, 1 recomputation
-  std::vector<TensorIdx> tensor_of; // per expanded tensor: the tensor of g
-};
 
 Expanded expand(const Graph& g, const Structure& st, const Candidate& cand) {
   const int32_t n = g.num_ops();
@@ -332,6 +329,7 @@ Expanded expand(const Graph& g, const Structure& st, const Candidate& cand) {
   x.tensors = g.tensors;
   x.outputs = g.outputs;
   e.tensor_of.resize(nt);
+  e.instance.assign(nt, 0);
   for (TensorIdx t = 0; t < nt; ++t) e.tensor_of[t] = t;
   std::vector<TensorIdx> clone_of(nt, -1);
   std::vector<OpIdx> xop_of_clone(n, -1), xop_of_orig(n, -1);
@@ -366,6 +364,7 @@ Expanded expand(const Graph& g, const Structure& st, const Candidate& cand) {
       c.outputs.push_back(clone_of[t]);
       x.tensors.push_back(std::move(ct));
       e.tensor_of.push_back(t);
+      e.instance.push_back(1);
     }
     xop_of_clone[v] = x.num_ops();
     x.ops.push_back(std::move(c));
@@ -437,6 +436,10 @@ uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order, std::ve
   return e.graph.resident_bytes + best.reserved_bytes;
 }
 
+}  // namespace
+
+namespace remat_internal {
+
 // The version-2 plan of g from a plan of the expanded graph.
 Plan to_v2(const Graph& g, const Expanded& e, const Plan& xp, uint64_t lower_bound) {
   const Graph& x = e.graph;
@@ -460,15 +463,19 @@ Plan to_v2(const Graph& g, const Expanded& e, const Plan& xp, uint64_t lower_bou
       instance = e.appearance[st.workspace_of];
     } else {
       target = g.storage_of[e.tensor_of[st.root]];
-      instance = st.root < static_cast<TensorIdx>(g.tensors.size()) ? 0 : 1;
+      instance = e.instance[st.root];
     }
     if (instance == 0) {
       p.offsets[target] = xp.offsets[s];
     } else {
-      p.recompute_offsets[target].push_back(xp.offsets[s]);
+      auto& later = p.recompute_offsets[target];
+      if (later.size() < static_cast<size_t>(instance)) later.resize(instance, 0);
+      later[instance - 1] = xp.offsets[s];
     }
   }
   p.stats = xp.stats;
+  p.stats.resident_bytes = g.resident_bytes;
+  p.stats.peak_bytes = g.resident_bytes + p.stats.arena_bytes;
   p.stats.lower_bound_bytes = lower_bound;
   for (const Op& op : g.ops) p.stats.compute_seconds += op.cost.value_or(0.0);
   for (size_t k = 0; k < e.op_of.size(); ++k) {
@@ -482,7 +489,7 @@ Plan to_v2(const Graph& g, const Expanded& e, const Plan& xp, uint64_t lower_bou
   return p;
 }
 
-}  // namespace
+}  // namespace remat_internal
 
 BudgetInfeasible::BudgetInfeasible(uint64_t budget_bytes, uint64_t smallest, uint64_t bound)
     : std::runtime_error([&] {
@@ -514,6 +521,28 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     stats.seconds = elapsed();
     if (stats_out) *stats_out = stats;
     return base;
+  }
+
+  // Tiny graphs: every schedule (exact).
+  bool exhaustive = false;
+  uint64_t exhaustive_smallest = 0;
+  const uint64_t rlb = recompute_lower_bound(g, alignment);
+  if (auto r = remat_internal::exhaustive_remat(g, request, budget_bytes, rlb, &exhaustive,
+                                                &exhaustive_smallest)) {
+    r->plan.options["budget_bytes"] = budget_bytes;
+    r->plan.options["remat"] = {{"method", "exhaustive"}};
+    r->plan.stats.solve_seconds = elapsed();
+    stats.seconds = elapsed();
+    if (stats_out) *stats_out = stats;
+    return *r;
+  }
+  if (exhaustive) {
+    stats.seconds = elapsed();
+    if (stats_out) *stats_out = stats;
+    throw BudgetInfeasible(budget_bytes,
+                           std::min(base.plan.stats.peak_bytes,
+                                    exhaustive_smallest ? exhaustive_smallest : UINT64_MAX),
+                           bound);
   }
 
   const Structure st = analyse(g);
