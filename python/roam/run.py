@@ -214,6 +214,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         d["eager_loop_peak_bytes"] = eager_peak
         d["eager_loop_loss"] = float(le) if le is not None else None
         rows.append(d)
+    if step.last_report is not None:
+        print(step.last_report.describe())  # what the last step saved, in plain words
     summary: Dict[str, Any] = {"model": args.model, "batch_size": args.batch_size,
                                "plan_method": plan["method"], "plan_stats": st,
                                "tp_program_order_bytes": step.tp_program, "steps": rows}

@@ -109,7 +109,8 @@ Session::~Session() {
 }
 
 void Session::configure(uint64_t arena_bytes, uint64_t alignment,
-                        std::vector<std::vector<PlannedAlloc>> schedule) {
+                        std::vector<std::vector<PlannedAlloc>> schedule,
+                        std::vector<WorkspaceBlock> workspaces) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     throw std::invalid_argument("alignment must be a power of two");
   }
@@ -126,6 +127,20 @@ void Session::configure(uint64_t arena_bytes, uint64_t alignment,
                                     ") is empty or outside the arena of " +
                                     std::to_string(arena_bytes) + " bytes");
       }
+    }
+  }
+  if (!workspaces.empty() && workspaces.size() != schedule.size()) {
+    throw std::invalid_argument("workspaces: " + std::to_string(workspaces.size()) +
+                                " blocks for " + std::to_string(schedule.size()) + " steps");
+  }
+  for (size_t k = 0; k < workspaces.size(); ++k) {
+    const WorkspaceBlock& w = workspaces[k];
+    if (w.size == 0) continue;
+    if (w.offset % alignment != 0 || w.offset + round_up(w.size, alignment) > arena_bytes) {
+      throw std::invalid_argument("workspace block of step " + std::to_string(k) + " (offset " +
+                                  std::to_string(w.offset) + ", size " + std::to_string(w.size) +
+                                  ") is misaligned or outside the arena of " +
+                                  std::to_string(arena_bytes) + " bytes");
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -151,6 +166,7 @@ void Session::configure(uint64_t arena_bytes, uint64_t alignment,
   arena_bytes_ = arena_bytes;
   alignment_ = alignment;
   schedule_ = std::move(schedule);
+  workspaces_ = std::move(workspaces);
   pending_.assign(schedule_.size(), {});
   ranks_.assign(schedule_.size(), {});
   for (size_t k = 0; k < schedule_.size(); ++k) {
@@ -323,7 +339,8 @@ std::vector<std::pair<uint64_t, uint64_t>> Session::live_ranges() const {
 }
 
 std::string Session::describe(uint64_t offset, const ArenaBlock& b) {
-  return std::string(b.expect < 0 ? "workspace" : "block") + " at offset " +
+  return std::string(b.expect == -2 ? "planned workspace" : b.expect < 0 ? "workspace" : "block") +
+         " at offset " +
          std::to_string(offset) + " (" + std::to_string(b.span) + " bytes, served at step " +
          std::to_string(b.step) + ")";
 }
@@ -410,6 +427,15 @@ c10::DataPtr Session::allocate(size_t n) {
       pend[i] = 0;
       return serve_arena_locked(plan[i].offset, span, n, static_cast<int32_t>(i), lock);
     }
+    if (!workspaces_.empty() && workspaces_[current_].size > 0) {
+      const uint64_t span = round_up(n, alignment_);
+      const int64_t off = find_block_fit_locked(span);
+      if (off >= 0) {
+        ++st_.block_workspaces;
+        st_.block_workspace_bytes += span;
+        return serve_arena_locked(static_cast<uint64_t>(off), span, n, -2, lock);
+      }
+    }
     if (arena_workspaces_ && n >= kMinArenaWorkspace && st_.mode == Mode::kPlanned) {
       const uint64_t span = round_up(n, alignment_);
       const int64_t off = find_arena_gap_locked(span);
@@ -428,9 +454,9 @@ c10::DataPtr Session::serve_arena_locked(uint64_t offset, uint64_t span, size_t 
   arena_live_[offset] = ArenaBlock{span, current_, expect};
   arena_live_bytes_ += span;
   st_.arena_live_peak = std::max(st_.arena_live_peak, arena_live_bytes_);
-  if (expect >= 0) {
+  if (expect >= 0 || expect == -2) {  // planned outputs and planned workspace blocks
     st_.arena_high_water = std::max(st_.arena_high_water, offset + span);
-    ++st_.arena_allocs;
+    if (expect >= 0) ++st_.arena_allocs;
   }
   uint8_t* p = arena_ + offset;
   if (record_) {
@@ -447,6 +473,23 @@ c10::DataPtr Session::serve_arena_locked(uint64_t offset, uint64_t span, size_t 
   e.offset = offset;
   lock.unlock();
   return register_block(p, std::move(e));
+}
+
+int64_t Session::find_block_fit_locked(uint64_t span) const {
+  const WorkspaceBlock& w = workspaces_[current_];
+  const uint64_t end = w.offset + round_up(w.size, alignment_);
+  uint64_t cursor = w.offset;
+  // live blocks are disjoint and ordered by offset: start from the last one at or before the
+  // block's first byte (it may reach into it), walk the gaps in address order
+  auto it = arena_live_.upper_bound(w.offset);
+  if (it != arena_live_.begin()) --it;
+  for (; it != arena_live_.end() && it->first < end; ++it) {
+    const uint64_t b = it->first, e = it->first + it->second.span;
+    if (e <= cursor) continue;
+    if (b >= cursor + span) break;  // the gap before this block fits
+    cursor = std::max(cursor, e);
+  }
+  return cursor + span <= end ? static_cast<int64_t>(cursor) : -1;
 }
 
 int64_t Session::find_arena_gap_locked(uint64_t span) const {

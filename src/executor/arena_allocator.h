@@ -19,7 +19,12 @@
 // size: its expectation is re-armed for the next request of that size. end_op checks that every
 // planned output really sits at its offset.
 //
-// Workspaces in the arena (optional, on by default from Python): an unplanned request of at
+// Planned workspaces (plan field workspace_offsets): op k may have a workspace block
+// [offset, offset + size) in the arena. Every request during op k that is not one of its planned
+// outputs is sub-allocated from that block in request order, first fit among the block's bytes not
+// held by a live block; a request that does not fit there goes on as below.
+//
+// Workspaces in free arena bytes (optional, on by default from Python): an unplanned request of at
 // least kMinArenaWorkspace bytes during op k is served, best fit, from bytes of the arena that
 // are free right now: not in a live block and not reserved for a still pending output of op k.
 // It needs nothing else: a planned allocation of a later op that finds those bytes still taken
@@ -74,6 +79,13 @@ struct SessionStats {
   uint64_t outside_ops = 0;            // allocations made between ops (always fallback)
   uint64_t arena_workspaces = 0;       // unplanned requests served from free arena bytes
   uint64_t arena_workspace_bytes = 0;  // their total (aligned) size
+  uint64_t block_workspaces = 0;       // requests served from the op's planned workspace block
+  uint64_t block_workspace_bytes = 0;  // their total (aligned) size
+};
+
+struct WorkspaceBlock {
+  uint64_t offset = 0;  // arena offset of the op's planned workspace (a multiple of alignment)
+  uint64_t size = 0;    // bytes (0: the op has none)
 };
 
 class Session;
@@ -92,8 +104,10 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Reserves the arena (64-byte aligned; pages are touched only when used) and sets the
   /// per-step planned allocations. arena_bytes 0 with an empty schedule means pass-through.
   /// Throws std::invalid_argument when a planned block is misaligned or outside the arena.
+  /// `workspaces[k]` (optional; empty or one per step): the planned workspace block of step k.
   void configure(uint64_t arena_bytes, uint64_t alignment,
-                 std::vector<std::vector<PlannedAlloc>> schedule);
+                 std::vector<std::vector<PlannedAlloc>> schedule,
+                 std::vector<WorkspaceBlock> workspaces = {});
   /// Pass-through mode: every allocation goes to the previous CPU allocator, counted.
   void set_pass_through(bool on);
   void set_debug(bool on);
@@ -136,11 +150,14 @@ class Session : public std::enable_shared_from_this<Session> {
   struct ArenaBlock {
     uint64_t span = 0;        // aligned size
     int32_t step = -1;        // op during which it was served
-    int32_t expect = -1;      // index in schedule_[step]
+    int32_t expect = -1;      // index in schedule_[step]; -1 free-arena workspace, -2 from the
+                              // op's planned workspace block
   };
   c10::DataPtr allocate_fallback_locked(size_t n, std::unique_lock<std::mutex>& lock);
   /// Best-fit free arena range of `span` bytes during the current op, or -1.
   int64_t find_arena_gap_locked(uint64_t span) const;
+  /// First-fit range of `span` bytes inside the current op's workspace block, or -1.
+  int64_t find_block_fit_locked(uint64_t span) const;
   c10::DataPtr serve_arena_locked(uint64_t offset, uint64_t span, size_t n, int32_t expect,
                                   std::unique_lock<std::mutex>& lock);
   void diverge_locked(int64_t step, const std::string& message);
@@ -167,6 +184,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::vector<PlannedAlloc>> schedule_;
   std::vector<std::vector<uint8_t>> pending_;  // per step, per planned alloc: 1 = not yet served
   std::vector<std::vector<uint32_t>> ranks_;   // the configured ranks (re-arming changes them)
+  std::vector<WorkspaceBlock> workspaces_;     // per step (empty: no planned workspaces)
 
   int32_t current_ = -1;
   std::map<uint64_t, ArenaBlock> arena_live_;    // offset -> block

@@ -48,6 +48,8 @@ py::dict stats_dict(const SessionStats& s) {
   d["outside_ops"] = s.outside_ops;
   d["arena_workspaces"] = s.arena_workspaces;
   d["arena_workspace_bytes"] = s.arena_workspace_bytes;
+  d["block_workspaces"] = s.block_workspaces;
+  d["block_workspace_bytes"] = s.block_workspace_bytes;
   return d;
 }
 
@@ -92,18 +94,25 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "configure",
           [](Session& s, uint64_t arena_bytes, uint64_t alignment,
-             const std::vector<std::vector<std::tuple<uint64_t, uint64_t, uint32_t>>>& schedule) {
+             const std::vector<std::vector<std::tuple<uint64_t, uint64_t, uint32_t>>>& schedule,
+             const std::vector<std::pair<uint64_t, uint64_t>>& workspaces) {
             std::vector<std::vector<PlannedAlloc>> sch(schedule.size());
             for (size_t k = 0; k < schedule.size(); ++k) {
               for (const auto& [size, offset, rank] : schedule[k]) {
                 sch[k].push_back({size, offset, rank});
               }
             }
-            s.configure(arena_bytes, alignment, std::move(sch));
+            std::vector<roam_exec::WorkspaceBlock> ws;
+            ws.reserve(workspaces.size());
+            for (const auto& [offset, size] : workspaces) ws.push_back({offset, size});
+            s.configure(arena_bytes, alignment, std::move(sch), std::move(ws));
           },
           py::arg("arena_bytes"), py::arg("alignment"), py::arg("schedule"),
+          py::arg("workspaces") = std::vector<std::pair<uint64_t, uint64_t>>{},
           "schedule[k]: [(size, offset, rank), ...] planned allocations of the op at step k "
-          "(rank: which request of that size during the op it is, 0 = the first)")
+          "(rank: which request of that size during the op it is, 0 = the first); "
+          "workspaces: [] or one (offset, size) per step, the op's planned workspace block "
+          "(size 0: none)")
       .def("set_pass_through", &Session::set_pass_through)
       .def("set_workspaces_in_arena", &Session::set_workspaces_in_arena)
       .def_property("debug", &Session::debug, &Session::set_debug)

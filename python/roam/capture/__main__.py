@@ -113,13 +113,16 @@ def main(argv=None) -> int:
     except CaptureError as e:
         print(f"error: capture of {args.model} failed: {e}", file=sys.stderr)
         return 1
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError, AssertionError) as e:
         # Raised by the model's own training step on this input (e.g. BatchNorm with one value
-        # per channel, or a pooling output below 1x1 when --image-size is too small).
+        # per channel, a pooling output below 1x1 when --image-size is too small, ViT's
+        # assertion on its one image size).
+        from .models import input_size_hint
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = input_size_hint(args.model, args.batch_size, args.image_size, first)
         print(f"error: {args.model} cannot run a training step on a batch of "
-              f"{args.batch_size} at --image-size {args.image_size}: {first} (try a larger "
-              f"--image-size or --batch-size)", file=sys.stderr)
+              f"{args.batch_size} at --image-size {args.image_size}: {first} ({hint})",
+              file=sys.stderr)
         return 2
     write_graph(res.graph, args.output)
     s = summary(res.graph)

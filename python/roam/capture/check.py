@@ -75,6 +75,10 @@ def check_graph(graph: Dict[str, Any], *, require_monotone_phases: bool = False,
         op_pos[oid] = i
         if op.get("phase") not in PHASES:
             raise GraphCheckError(f"op {oid}: invalid phase {op.get('phase')!r}")
+        if "workspace" in op and not (isinstance(op["workspace"], int)
+                                      and not isinstance(op["workspace"], bool)
+                                      and op["workspace"] >= 0):
+            raise GraphCheckError(f"op {oid}: workspace must be a non-negative integer (bytes)")
         if "cost" in op and not (isinstance(op["cost"], (int, float)) and op["cost"] >= 0):
             raise GraphCheckError(f"op {oid}: cost must be non-negative seconds")
         for o in op["outputs"]:
@@ -158,8 +162,9 @@ def resident_bytes(graph: Dict[str, Any]) -> int:
 def program_order_peak(graph: Dict[str, Any], alignment: int = 1,
                        order: Optional[List[str]] = None) -> int:
     """Theoretical peak ``Tp(order)`` in bytes (arena part, resident excluded) per the
-    liveness rules of GRAPH_FORMAT.md, sizes rounded up to ``alignment``; ``order`` defaults
-    to the file order (PyTorch's program order)."""
+    liveness rules of GRAPH_FORMAT.md (each op's ``workspace`` live at its step), sizes
+    rounded up to ``alignment``; ``order`` defaults to the file order (PyTorch's program
+    order)."""
     tensors = {t["id"]: t for t in graph["tensors"]}
     roots = _roots(tensors)
     ops = {op["id"]: op for op in graph["ops"]}
@@ -178,6 +183,12 @@ def program_order_peak(graph: Dict[str, Any], alignment: int = 1,
     for x in graph.get("outputs", []):
         last[roots[x]] = end
     delta = [0] * (len(order) + 1)
+    for step, oid in enumerate(order):  # an op's workspace: live at its step only
+        w = int(ops[oid].get("workspace", 0))
+        if w > 0:
+            w = -(-w // alignment) * alignment
+            delta[step] += w
+            delta[step + 1] -= w
     for r, f in first.items():
         if "role" in tensors[r]:
             continue
@@ -210,5 +221,6 @@ def summary(graph: Dict[str, Any]) -> Dict[str, Any]:
         "non_resident_root_bytes": sum(t["size"] for t in graph["tensors"]
                                        if "role" not in t and "alias_of" not in t),
         "tp_program_order_bytes": program_order_peak(graph),
+        "workspace_ops": sum(1 for op in graph["ops"] if op.get("workspace", 0) > 0),
         "ops_per_phase": phases,
     }

@@ -110,8 +110,11 @@ def _same_contents(a: torch.Tensor, b: torch.Tensor) -> bool:
 # Operators whose result shares its argument's storage although the schema declares a fresh
 # result. aten::_unsafe_view is "view without autograd view tracking", applied by composite
 # ops (reshape of a fresh temporary) to an input that is never used again; for memory it is an
-# alias. Every other undeclared storage sharing raises CaptureError.
-UNDECLARED_ALIAS_OK = frozenset({"aten::_unsafe_view"})
+# alias. aten::unsafe_split / unsafe_chunk / unsafe_split_with_sizes (nn.LSTM's gate split)
+# return views of their argument without view tracking, likewise. Every other undeclared
+# storage sharing raises CaptureError.
+UNDECLARED_ALIAS_OK = frozenset({"aten::_unsafe_view", "aten::unsafe_split",
+                                 "aten::unsafe_chunk", "aten::unsafe_split_with_sizes"})
 
 # Arguments that an operator writes although neither its schema annotates the write nor the
 # tensor's version counter changes (the CPU kernel writes through a raw pointer); fake tensors

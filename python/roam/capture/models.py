@@ -63,6 +63,25 @@ def make_optimizer(kind: str, params) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {kind!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
+# Input sizes some torchvision models need (image side in pixels).
+FIXED_IMAGE_SIZE_PREFIXES = ("vit_",)  # position embeddings built for one size (224 here)
+MIN_TRAINING_IMAGE_SIZE = {"inception_v3": 299}  # aux classifier: 17x17 maps at 299 px
+
+
+def input_size_hint(name: str, batch_size: int, image_size: int, message: str) -> str:
+    """The advice printed after a model failed to run a training step on its input: which
+    ``--image-size`` (or batch size) it needs, from the model and the error message."""
+    msg = message.lower()
+    if name.startswith(FIXED_IMAGE_SIZE_PREFIXES) or "wrong image" in msg:
+        return f"{name} takes only --image-size 224"
+    if "more than 1 value per channel" in msg:
+        return "BatchNorm in training needs more than one value per channel: a larger --batch-size"
+    need = MIN_TRAINING_IMAGE_SIZE.get(name)
+    if need is not None and image_size < need:
+        return f"{name} in training needs about --image-size {need}"
+    return "try a larger --image-size"
+
+
 def capture_named(name: str, batch_size: int = 1, *, optimizer: str = "adam",
                   fake: bool = False, image_size: int = 224, num_classes: int = 1000,
                   seq_len: Optional[int] = None, zoo_config: Optional[object] = None,

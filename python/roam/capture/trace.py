@@ -235,9 +235,10 @@ def _stamp_phases(progress: Optional[Callable[[str], None]] = None, every: float
 
 
 def primary_output(out):
-    """The tensor the loss is computed from: ``out`` itself, ``out.logits`` for the named
+    """What the loss is computed from: ``out`` itself for a tensor or a dict (a model
+    returning a dict gets it passed to ``loss_fn`` as it is), ``out.logits`` for the named
     tuples of GoogLeNet / Inception in training mode, else ``out[0]``."""
-    if isinstance(out, torch.Tensor):
+    if isinstance(out, (torch.Tensor, dict)):
         return out
     if hasattr(out, "logits"):
         return out.logits
@@ -522,6 +523,28 @@ def _swapped_optimizer(state: TrainingState, params: Sequence[torch.Tensor],
             g["params"] = old
 
 
+@contextlib.contextmanager
+def _rnn_flat_weights(model: torch.nn.Module, tensors: Dict[str, torch.Tensor]):
+    """Point every ``nn.RNNBase`` submodule's ``_flat_weights`` (the list its forward reads,
+    filled with the Parameter objects at construction) at the step's tensors while the block
+    runs. torch 1.13's ``functional_call`` swaps parameters through a class-level
+    ``__getattr__`` that this cached list never sees, so nn.LSTM / GRU / RNN would read the
+    module's own parameters (traced as constants) instead."""
+    saved = []
+    for path, mod in model.named_modules():
+        if isinstance(mod, torch.nn.RNNBase) and hasattr(mod, "_flat_weights_names"):
+            prefix = f"{path}." if path else ""
+            new = [tensors.get(prefix + n, w) for n, w in
+                   zip(mod._flat_weights_names, mod._flat_weights)]
+            saved.append((mod, mod._flat_weights))
+            mod.__dict__["_flat_weights"] = new
+    try:
+        yield
+    finally:
+        for mod, old in saved:
+            mod.__dict__["_flat_weights"] = old
+
+
 def _forward_loss(state: TrainingState, params, buffers, inputs):
     tensors = {}
     for i, names in enumerate(state.param_paths):
@@ -532,7 +555,8 @@ def _forward_loss(state: TrainingState, params, buffers, inputs):
             tensors[n] = buffers[i]
     given = dict(tensors)
     n = len(inputs) - state.n_loss_inputs
-    out = primary_output(functional_call(state.model, tensors, tuple(inputs[:n])))
+    with _rnn_flat_weights(state.model, tensors):
+        out = primary_output(functional_call(state.model, tensors, tuple(inputs[:n])))
     loss = state.loss_fn(out, *inputs[n:])
     replaced = [k for k, v in tensors.items() if given[k] is not v]
     if replaced:

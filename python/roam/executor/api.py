@@ -4,14 +4,19 @@
 (:func:`roam.capture`), plans it with libroam (``roam._native.plan``, no subprocess), and
 returns a :class:`RoamStep`. ``loss = step(*inputs)`` then runs one training step: the captured
 fx graph in the plan's order, every planned storage served at its offset in one arena by the
-planned CPU allocator (``roam._native.Session``), operator workspaces from a counted fallback
-heap; the model's parameters, buffers and the optimizer's state are updated in place, as
+planned CPU allocator (``roam._native.Session``), each op's internal allocations (kernel
+workspaces, measured by the capture) from its planned workspace block, and only what still
+does not fit from a counted fallback heap; the model's parameters, buffers and the optimizer's state are updated in place, as
 ``loss.backward(); optimizer.step()`` would. ``step.last_report`` (:class:`StepReport`) has the
 measured bytes.
 
-Operator workspaces (allocations the plan does not know) are served from arena bytes that are
-free at that moment when they fit (``workspaces="arena"``, the default), else from the
-fallback heap.
+Operator workspaces: an op's requests that are not its planned outputs are sub-allocated
+from its planned workspace block in request order (first fit); what does not fit there is
+served from arena bytes free at that moment (``workspaces="arena"``, the default), else from
+the fallback heap. A planned step whose measured total is above the same graph run eagerly
+is warned once; every later step then runs the program order with ordinary allocation
+(``mode="program"``). The first step of a fresh optimizer (no state yet) is an ordinary eager
+step, so its peak is eager's.
 
 Safety: the plan is validated against the graph first; a run that diverges from it (an output
 not at its planned offset, a planned slot still occupied) switches to ordinary allocation for
@@ -145,7 +150,8 @@ class StepReport:
 
     ``mode``: ``planned`` (the plan held for the whole step), ``diverged`` (it switched to
     ordinary allocation at ``mismatch``), ``unplanned`` (no usable plan: program order,
-    ordinary allocation) or ``eager`` (inputs or optimizer state unlike the captured step:
+    ordinary allocation), ``program`` (an earlier planned step measured more than the same
+    graph run eagerly: program order, ordinary allocation; ``reason`` says which) or ``eager`` (inputs or optimizer state unlike the captured step:
     an ordinary ``loss.backward(); optimizer.step()``; ``reason`` says why).
     """
     step: int
@@ -162,6 +168,7 @@ class StepReport:
     fallback_allocs: int = 0
     arena_workspaces: int = 0          # unplanned requests (workspaces) served from free arena
                                        # bytes (optimize(workspaces="arena"))
+    block_workspaces: int = 0          # requests served from their op's planned workspace block
     mismatch: Optional[str] = None
     reason: Optional[str] = None
     debug_checks: int = 0
@@ -177,16 +184,45 @@ class StepReport:
         return 1.0 - self.total_peak_bytes / self.eager_peak_bytes
 
     @property
-    def meets_saving(self) -> Optional[bool]:
-        """eager_peak - total_peak >= planned_saving - fallback_peak."""
+    def saved_bytes(self) -> Optional[int]:
+        """What the step saved: eager peak - measured total peak (negative: it cost more than
+        the same graph run eagerly; None without an eager figure)."""
         if self.eager_peak_bytes is None:
             return None
-        return (self.eager_peak_bytes - self.total_peak_bytes
-                >= self.planned_saving_bytes - self.fallback_peak_bytes)
+        return self.eager_peak_bytes - self.total_peak_bytes
+
+    @property
+    def realised_fraction(self) -> Optional[float]:
+        """saved / planned saving (1.0: everything the plan promised was saved; None when the
+        plan promised nothing or there is no eager figure)."""
+        if self.saved_bytes is None or self.planned_saving_bytes <= 0:
+            return None
+        return self.saved_bytes / self.planned_saving_bytes
+
+    def describe(self) -> str:
+        """One sentence in plain words: what the step used and what it saved."""
+        mib = 1 << 20
+        used = (f"step {self.step} ({self.mode}): {self.total_peak_bytes / mib:.2f} MiB "
+                f"(arena {self.arena_bytes / mib:.2f} + fallback heap peak "
+                f"{self.fallback_peak_bytes / mib:.2f})")
+        if self.saved_bytes is None:
+            return used
+        if self.saved_bytes >= 0:
+            what = (f"saved {self.saved_bytes / mib:.2f} MiB against the same step run eagerly "
+                    f"({self.eager_peak_bytes / mib:.2f} MiB)")
+        else:
+            what = (f"used {-self.saved_bytes / mib:.2f} MiB MORE than the same step run eagerly "
+                    f"({self.eager_peak_bytes / mib:.2f} MiB)")
+        if self.mode == "planned" and self.planned_saving_bytes > 0:
+            what += (f"; the plan promised {self.planned_saving_bytes / mib:.2f} MiB "
+                     f"({100 * self.realised_fraction:.1f}% realised)")
+        return f"{used}; {what}"
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["reduction"] = self.reduction
+        d["saved_bytes"] = self.saved_bytes
+        d["realised_fraction"] = self.realised_fraction
         return d
 
 
@@ -240,6 +276,9 @@ class RoamStep:
         self.workspaces = workspaces
         self.reports: List[StepReport] = []
         self.unplanned_reason: Optional[str] = None
+        # set when a planned step measured more than the same graph run eagerly: every later
+        # step runs in program order with ordinary allocation
+        self.program_order_reason: Optional[str] = None
         self._warned = set()
         self._count = 0
         N = native()
@@ -274,7 +313,7 @@ class RoamStep:
             try:
                 self.program = Program.build(gm, graph, captured.op_nodes, plan["order"],
                                              plan["offsets"], self.planned_arena_bytes,
-                                             self.alignment)
+                                             self.alignment, plan.get("workspace_offsets"))
             except (PlanMismatch, KeyError, TypeError, ValueError) as e:
                 self.unplanned_reason = f"the plan does not fit the captured step: {e}"
         if self.unplanned_reason is not None:
@@ -283,7 +322,8 @@ class RoamStep:
         # program order, planned outputs known (calibration and eager measurement)
         offsets = plan.get("offsets") if self.program is not None else None
         self.eager_program = Program.build(gm, graph, captured.op_nodes, None, offsets,
-                                           self.planned_arena_bytes, self.alignment)
+                                           self.planned_arena_bytes, self.alignment,
+                                           plan.get("workspace_offsets"))
         self.session = N.Session()
         self.ranks: Dict[str, List[int]] = {}
         self.eager_peak_bytes: Optional[int] = None
@@ -292,7 +332,9 @@ class RoamStep:
         self.eager_peak_bytes = self._measure_eager(_flatten_state(state), calibrate=True)
         if self.program is not None:
             self.session.configure(self.planned_arena_bytes, self.alignment,
-                                   self.program.session_schedule(self.ranks))
+                                   self.program.session_schedule(self.ranks),
+                                   self.program.session_workspaces()
+                                   if workspaces == "arena" else [])
         self.session.debug = bool(debug)
         self.session.record = bool(record)
         self.session.set_workspaces_in_arena(workspaces == "arena")
@@ -398,7 +440,7 @@ class RoamStep:
         eager_peak = self.eager_peak_bytes
         if self.measure_eager == "every":
             eager_peak = self._measure_eager(flat)
-        if self.program is None:
+        if self.program is None or self.program_order_reason is not None:
             prog, session = self.eager_program, native().Session()
             session.configure(0, self.alignment, [])
             session.set_pass_through(True)
@@ -413,9 +455,12 @@ class RoamStep:
         loss = _first_tensor(out).detach().clone()  # out of the arena
         del out, flat, params
         st = session.stats()
-        escaped = session.arena_live_blocks if self.program is not None else 0
+        planned_run = self.program is not None and self.program_order_reason is None
+        escaped = session.arena_live_blocks if planned_run else 0
         if self.program is None:
             mode = "unplanned"
+        elif not planned_run:
+            mode = "program"
         else:
             mode = "planned" if st["mode"] == "planned" else "diverged"
         mismatch = st["first_mismatch"] or None
@@ -432,11 +477,19 @@ class RoamStep:
             fallback_peak_bytes=int(st["fallback_peak"]), total_peak_bytes=int(st["total_peak"]),
             eager_peak_bytes=eager_peak, planned_saving_bytes=self.planned_saving_bytes,
             arena_allocs=int(st["arena_allocs"]), fallback_allocs=int(st["fallback_allocs"]),
-            arena_workspaces=int(st["arena_workspaces"]), mismatch=mismatch,
-            reason=self.unplanned_reason,
+            arena_workspaces=int(st["arena_workspaces"]),
+            block_workspaces=int(st.get("block_workspaces", 0)), mismatch=mismatch,
+            reason=self.unplanned_reason if mode != "program" else self.program_order_reason,
             debug_checks=int(st["debug_checks"]), debug_violations=int(st["debug_violations"]),
             escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0)
         self.reports.append(rep)
+        if planned_run and eager_peak is not None and rep.total_peak_bytes > eager_peak:
+            self.program_order_reason = (
+                f"step {self._count} measured {rep.total_peak_bytes} B (arena "
+                f"{rep.arena_bytes} B + fallback heap peak {rep.fallback_peak_bytes} B), above "
+                f"the {eager_peak} B of the same graph run eagerly")
+            self._warn_once("above-eager", f"roam: {self.program_order_reason}; running the "
+                                           f"program order with ordinary allocation from now on")
         return loss
 
     @property
@@ -484,8 +537,10 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     every live block. ``measure_eager``: ``"once"`` (the eager peak of the calibration run is
     reported with every step) or ``"every"`` (measured again before each step, on copies).
     ``trust_plan``: skip the validator (tests of the run-time checks). ``workspaces``:
-    ``"arena"`` (default) serves operator workspaces of at least 4 KiB from arena bytes that are
-    free at that moment, ``"heap"`` sends every unplanned allocation to the fallback heap.
+    ``"arena"`` (default) serves each op's internal allocations from its planned workspace
+    block (plan ``workspace_offsets``, sub-allocated in request order), then those of at least
+    4 KiB from arena bytes free at that moment; ``"heap"`` sends every unplanned allocation
+    to the fallback heap.
     ``captured``: reuse a :class:`roam.capture.Graph` of this model and optimizer (traced
     under :func:`eager_kernels_while_tracing`).
     """

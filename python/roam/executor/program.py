@@ -5,7 +5,7 @@ allocations announced to the allocator op by op.
 the fx node to call, the values to drop after it (each value is dropped right after its last
 use *in this order*, as eager PyTorch and fx's generated code do in program order), and the
 planned allocations of the op: ``(size, offset)`` of every root storage it creates, in the
-order of its results. :meth:`Program.run` executes it, optionally under a
+order of its results, and its planned workspace block ``(offset, size)``. :meth:`Program.run` executes it, optionally under a
 :class:`roam._native.Session` (the planned CPU allocator), checking after each op that every
 planned output landed at its offset.
 
@@ -72,6 +72,14 @@ class Program:
     arena_bytes: int = 0
     alignment: int = 64
     schedule: List[List[Tuple[int, int]]] = field(default_factory=list)
+    workspaces: List[Tuple[int, int]] = field(default_factory=list)  # per step (offset, size)
+
+    def session_workspaces(self) -> List[Tuple[int, int]]:
+        """``[(offset, size), ...]`` per step for ``Session.configure(workspaces=...)``: the
+        op's planned workspace block (size 0: none); ``[]`` when no op has one."""
+        if not any(size for _off, size in self.workspaces):
+            return []
+        return list(self.workspaces)
 
     def session_schedule(self, ranks: Optional[Dict[str, List[int]]] = None
                          ) -> List[List[Tuple[int, int, int]]]:
@@ -87,11 +95,14 @@ class Program:
     @classmethod
     def build(cls, gm: torch.fx.GraphModule, graph: Dict[str, Any], op_nodes: Dict[str, str],
               order: Optional[Sequence[str]] = None, offsets: Optional[Dict[str, int]] = None,
-              arena_bytes: int = 0, alignment: int = 64) -> "Program":
+              arena_bytes: int = 0, alignment: int = 64,
+              workspace_offsets: Optional[Dict[str, Sequence[int]]] = None) -> "Program":
         """Compile ``gm`` for ``order`` (op ids; default: the graph's program order).
 
         ``offsets``: root tensor id -> arena offset (bytes) for every planned storage; None
-        for a program that allocates normally.
+        for a program that allocates normally. ``workspace_offsets``: op id -> [offset] of
+        the op's planned workspace block (plan field ``workspace_offsets``; the op's
+        ``workspace`` bytes); needed for every op with a workspace when ``offsets`` is given.
 
         Raises:
             PlanMismatch: the order is not a permutation of the graph's ops, an op has no fx
@@ -174,9 +185,19 @@ class Program:
 
         steps: List[Step] = []
         schedule: List[List[Tuple[int, int]]] = []
+        workspaces: List[Tuple[int, int]] = []
         for k, oid in enumerate(order):
             n = nodes[op_nodes[oid]]
             op = ops[oid]
+            wsize = int(op.get("workspace", 0))
+            if offsets is not None and wsize > 0:
+                woff = (workspace_offsets or {}).get(oid)
+                if not woff:
+                    raise PlanMismatch(f"the plan has no workspace offset for op {oid} "
+                                       f"({wsize} bytes)")
+                workspaces.append((int(woff[0]), wsize))
+            else:
+                workspaces.append((0, 0))
             gets = [(u, u.args[1]) for u in n.users
                     if u.op == "call_function" and u.target is operator.getitem]
             keep = any(not (u.op == "call_function" and u.target is operator.getitem)
@@ -197,7 +218,8 @@ class Program:
                               keep_result=keep, free_after=free_after[k], planned=planned,
                               planned_pos=ppos))
         return cls(gm=gm, steps=steps, placeholders=placeholders, output_node=output_node,
-                   arena_bytes=int(arena_bytes), alignment=int(alignment), schedule=schedule)
+                   arena_bytes=int(arena_bytes), alignment=int(alignment), schedule=schedule,
+                   workspaces=workspaces)
 
     # ---------------------------------------------------------------- run
     def run(self, flat_args: Sequence[torch.Tensor], session=None, observe=None):
