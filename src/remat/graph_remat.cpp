@@ -221,75 +221,80 @@ Candidate make_candidate(const Graph& g, const Structure& st, const std::vector<
   return c;
 }
 
-// One way to treat a unit: the ops it recomputes, their exact seconds, and the bytes of stored
-// activations that no longer wait for the backward pass.
-struct UnitOption {
+// One way to treat a span of consecutive units: the ops it recomputes, their exact seconds, the
+// bytes of stored activations that no longer wait for the backward pass, and all of the span's
+// activation bytes (live again during its backward when it recomputes).
+struct SpanOption {
+  int32_t length = 1;  // units
   std::vector<OpIdx> clones;
   double cost = 0;
   uint64_t dropped = 0;
+  uint64_t full = 0;
 };
 
-// Rotor's chain with Rockmate's options, single-level: unit j is recomputed (if at all) just
-// before its backward, when every unit before it holds what it kept and unit j holds all of its
-// activations again. Minimises the recompute seconds subject to
-//   kept(0..j-1) + full(j) <= model_budget   for every unit j
-// by a dynamic program over the Pareto front of (bytes kept so far, seconds) after each unit.
-// Returns the option index per unit, or an empty vector when the model budget is unreachable.
-std::vector<int32_t> choose_options(const std::vector<uint64_t>& full,
-                                    const std::vector<std::vector<UnitOption>>& options,
-                                    uint64_t model_budget) {
+// Rotor's chain with Rockmate's options, one level of recomputation over spans of units: a span
+// is recomputed (if at all) just before its backward, when every span before it holds what it
+// kept and the span holds all of its activations again. Minimises the recompute seconds subject
+// to kept(before the span) + full(span) <= model_budget for every span, by a dynamic program over
+// unit boundaries whose state is the Pareto front of (bytes kept so far, seconds). options[i]:
+// the options of the spans that start at unit i. Returns the chosen options in order, or an
+// empty vector when the model budget is unreachable.
+std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOption>>& options,
+                                            uint64_t model_budget) {
   struct State {
     uint64_t kept;
     double cost;
-    int32_t parent;   // index into the previous layer
-    int32_t option;
+    int32_t from;     // unit boundary of the previous state
+    int32_t parent;   // its index in fronts[from]
+    const SpanOption* option;
   };
-  std::vector<std::vector<State>> layers;
-  std::vector<State> front = {{0, 0.0, -1, -1}};
-  for (size_t j = 0; j < full.size(); ++j) {
-    std::vector<State> next;
-    for (size_t k = 0; k < front.size(); ++k) {
-      if (front[k].kept + full[j] > model_budget) continue;
-      for (size_t o = 0; o < options[j].size(); ++o) {
-        const UnitOption& u = options[j][o];
-        next.push_back({front[k].kept + full[j] - std::min(full[j], u.dropped), front[k].cost + u.cost,
-                        static_cast<int32_t>(k), static_cast<int32_t>(o)});
-      }
-    }
-    if (next.empty()) return {};
-    std::sort(next.begin(), next.end(), [](const State& a, const State& b) {
+  const size_t m = options.size();
+  std::vector<std::vector<State>> fronts(m + 1);
+  fronts[0].push_back({0, 0.0, -1, -1, nullptr});
+  constexpr size_t kMaxFront = 512;  // thin very long fronts evenly (keeps both ends)
+  for (size_t i = 0; i <= m; ++i) {
+    auto& f = fronts[i];
+    std::sort(f.begin(), f.end(), [](const State& a, const State& b) {
       if (a.kept != b.kept) return a.kept < b.kept;
       return a.cost < b.cost;
     });
     std::vector<State> pareto;  // kept increasing, cost strictly decreasing
-    for (const State& s : next) {
-      if (pareto.empty() || s.cost < pareto.back().cost) pareto.push_back(s);
+    for (const State& st : f) {
+      if (pareto.empty() || st.cost < pareto.back().cost) pareto.push_back(st);
     }
-    constexpr size_t kMaxFront = 2048;  // thin very long fronts evenly (keeps both ends)
     if (pareto.size() > kMaxFront) {
       std::vector<State> thin;
-      for (size_t i = 0; i < kMaxFront; ++i) thin.push_back(pareto[i * (pareto.size() - 1) / (kMaxFront - 1)]);
+      for (size_t k = 0; k < kMaxFront; ++k) thin.push_back(pareto[k * (pareto.size() - 1) / (kMaxFront - 1)]);
       pareto = std::move(thin);
     }
-    layers.push_back(front);
-    front = std::move(pareto);
+    f = std::move(pareto);
+    if (i == m) break;
+    for (size_t k = 0; k < f.size(); ++k) {
+      for (const SpanOption& o : options[i]) {
+        if (f[k].kept + o.full > model_budget) continue;
+        fronts[i + o.length].push_back({f[k].kept + o.full - std::min(o.full, o.dropped), f[k].cost + o.cost,
+                                        static_cast<int32_t>(i), static_cast<int32_t>(k), &o});
+      }
+    }
   }
-  layers.push_back(front);
+  if (fronts[m].empty()) return {};
   size_t best = 0;
-  for (size_t k = 1; k < front.size(); ++k) {
-    if (front[k].cost < front[best].cost) best = k;
+  for (size_t k = 1; k < fronts[m].size(); ++k) {
+    if (fronts[m][k].cost < fronts[m][best].cost) best = k;
   }
-  std::vector<int32_t> choice(full.size(), 0);
-  int32_t k = static_cast<int32_t>(best);
-  for (size_t j = full.size(); j-- > 0;) {
-    const State& s = layers[j + 1][k];
-    choice[j] = s.option;
-    k = s.parent;
+  std::vector<const SpanOption*> chosen;
+  int32_t i = static_cast<int32_t>(m), k = static_cast<int32_t>(best);
+  while (i > 0) {
+    const State& st = fronts[i][k];
+    chosen.push_back(st.option);
+    i = st.from;
+    k = st.parent;
   }
-  return choice;
+  std::reverse(chosen.begin(), chosen.end());
+  return chosen;
 }
 
-
+// The graph with one extra op per recomputation (see remat.h, step 3).
 Expanded expand(const Graph& g, const Structure& st, const Candidate& cand) {
   const int32_t n = g.num_ops();
   const auto nt = static_cast<TensorIdx>(g.tensors.size());
@@ -618,11 +623,12 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     }
     if (k >= units.size()) break;
   }
-  // Options per unit (keep all; drop the ops at or below each cost-per-byte threshold) and the
-  // chain DP at a ladder of model budgets: each answer is a candidate too.
+  // Options per span of up to kMaxSpan units (keep a unit; drop a span's ops at or below each
+  // cost-per-byte threshold, its inner boundaries included) and the chain DP at a ladder of model
+  // budgets: each answer is a candidate too.
   {
+    constexpr size_t kMaxSpan = 12;
     std::vector<uint64_t> full(units.size(), 0);
-    std::vector<std::vector<UnitOption>> options(units.size());
     for (size_t j = 0; j < units.size(); ++j) {
       for (int32_t i = units[j].begin; i < units[j].end; ++i) {
         const OpIdx v = st.forward[i];
@@ -634,43 +640,57 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
           if (backward) full[j] += align_up(sx.size, alignment);
         }
       }
-      options[j].push_back(UnitOption{});
-      std::set<std::vector<OpIdx>> distinct;
-      for (double max_ratio : thresholds) {
-        Candidate c = make_candidate(g, st, units, {static_cast<int32_t>(j)}, ratio, max_ratio);
-        if (c.clones.empty() || !distinct.insert(c.clones).second) continue;
-        UnitOption o;
-        o.cost = c.cost;
-        for (OpIdx v : c.clones) {
-          for (StorageIdx x : g.op_storages[v]) {
-            if (g.storages[x].producer == v && g.storages[x].workspace_of < 0) {
-              o.dropped += align_up(g.storages[x].size, alignment);
+    }
+    std::vector<std::vector<SpanOption>> options(units.size());
+    for (size_t i = 0; i < units.size(); ++i) {
+      SpanOption keep;
+      keep.full = full[i];
+      options[i].push_back(keep);
+      uint64_t span_full = 0;
+      for (size_t len = 1; len <= kMaxSpan && i + len <= units.size(); ++len) {
+        span_full += full[i + len - 1];
+        Span seg;
+        seg.begin = units[i].begin;
+        seg.end = units[i + len - 1].end;
+        seg.boundary = units[i + len - 1].boundary;
+        std::set<std::vector<OpIdx>> distinct;
+        for (double max_ratio : thresholds) {
+          Candidate c = make_candidate(g, st, {seg}, {0}, ratio, max_ratio);
+          if (c.clones.empty() || !distinct.insert(c.clones).second) continue;
+          SpanOption o;
+          o.length = static_cast<int32_t>(len);
+          o.full = span_full;
+          o.cost = c.cost;
+          for (OpIdx v : c.clones) {
+            for (StorageIdx x : g.op_storages[v]) {
+              if (g.storages[x].producer == v && g.storages[x].workspace_of < 0) {
+                o.dropped += align_up(g.storages[x].size, alignment);
+              }
             }
           }
+          o.clones = std::move(c.clones);
+          options[i].push_back(std::move(o));
         }
-        o.clones = std::move(c.clones);
-        options[j].push_back(std::move(o));
       }
     }
-    // The model's range: from dropping the most everywhere to dropping nothing.
-    uint64_t lo = 0, hi = 0, kept = 0;
-    for (size_t j = 0; j < units.size(); ++j) {
-      uint64_t most = 0;
-      for (const UnitOption& o : options[j]) most = std::max(most, std::min(full[j], o.dropped));
-      lo = std::max(lo, kept + full[j]);
-      kept += full[j] - most;
-      hi += full[j];
+    // The model's range: the lowest model budget any choice meets (by bisection) to no
+    // recomputation at all.
+    uint64_t hi = 0;
+    for (uint64_t f : full) hi += f;
+    uint64_t lo = 0, top = hi;
+    while (lo < top && top - lo > hi / 1024) {  // to 0.1% of the range
+      const uint64_t mid = lo + (top - lo) / 2;
+      if (choose_spans(options, mid).empty()) lo = mid + 1; else top = mid;
     }
     constexpr int kLadder = 48;
     for (int i = 0; i <= kLadder && hi > lo; ++i) {
       const uint64_t m = lo + static_cast<uint64_t>(static_cast<double>(hi - lo) * i / kLadder);
-      const std::vector<int32_t> choice = choose_options(full, options, m);
-      if (choice.empty()) continue;
+      const std::vector<const SpanOption*> chosen = choose_spans(options, m);
+      if (chosen.empty()) continue;
       Candidate c;
-      for (size_t j = 0; j < units.size(); ++j) {
-        const UnitOption& o = options[j][choice[j]];
-        c.clones.insert(c.clones.end(), o.clones.begin(), o.clones.end());
-        c.cost += o.cost;
+      for (const SpanOption* o : chosen) {
+        c.clones.insert(c.clones.end(), o->clones.begin(), o->clones.end());
+        c.cost += o->cost;
       }
       std::sort(c.clones.begin(), c.clones.end());
       if (c.clones.empty() || !seen.insert(c.clones).second) continue;
