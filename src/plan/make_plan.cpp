@@ -88,6 +88,34 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
                           : lower_bound(g, req.options.alignment, &order);
   PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
   if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
+  if (req.order == "auto" && req.layout == "auto") {
+    // The whole-plan invariant: never worse than a baseline (order, layout) pair. The baseline
+    // orders each get the baseline layouts (pytorch excepted: a simulation, not a planner);
+    // a pair with a smaller arena replaces the plan. Skipped once the time limit is spent.
+    const double limit = req.options.time_limit_seconds;
+    auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    nlohmann::json pairs = nlohmann::json::object();
+    for (const std::string& om : order_methods()) {
+      if (om == "roam" || elapsed() > limit) continue;
+      const auto order_start = std::chrono::steady_clock::now();
+      Order o = make_order(g, om, req.options);
+      const double os =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - order_start).count();
+      for (const std::string& lm : layout_methods()) {
+        if (lm == "roam" || lm == "pytorch" || elapsed() > limit) continue;
+        PlanResult b = make_plan_for_order(g, o, os, {om, lm, req.options}, lb);
+        pairs[om + "+" + lm] = b.plan.stats.arena_bytes;
+        if (b.plan.stats.arena_bytes < r.plan.stats.arena_bytes) {
+          b.plan.options = r.plan.options;
+          r = std::move(b);
+        }
+      }
+    }
+    r.plan.options["baseline_pairs"] = std::move(pairs);
+    r.plan.stats.solve_seconds = elapsed();
+  }
   if (req.order == "auto" || req.layout == "auto") {
     r.plan.options["requested"] = {{"order", req.order}, {"layout", req.layout}};
   }
