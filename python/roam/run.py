@@ -1,24 +1,26 @@
-"""``python -m roam.run --model NAME --batch-size B --steps N``: train a model for N steps
-with :func:`roam.optimize` and, side by side, with the ordinary eager loop; print per step the
-loss and the measured peak of both, and the reduction.
+"""python -m roam.run --model NAME --batch-size B --steps N: train a model for N steps with
+roam.optimize and, side by side, with the ordinary eager loop; print per step the loss and the
+measured peak of both, and the reduction. CPU only (Debian's PyTorch 1.13).
 
 Peaks are bytes allocated above what exists before the step (parameters, buffers, optimizer
 state and the batch are resident), counted by the executor's CPU allocator rounded up to 64
 bytes per allocation:
+  eager  the ordinary model(x) / loss.backward() / optimizer.step() loop on a copy of the
+         model and optimizer (PyTorch's default allocator, counted in pass-through mode);
+  graph  the captured step in program order with the default allocator (what the plan is
+         compared with: same ops, same workspaces);
+  roam   the arena of the plan (reserved for the whole step) plus the fallback heap's peak.
 
-* ``eager``: the ordinary ``model(x) / loss.backward() / optimizer.step()`` loop on a copy of
-  the model and optimizer (PyTorch's default allocator, counted in pass-through mode);
-* ``graph``: the captured step in program order with the default allocator (what the plan is
-  compared with: same ops, same workspaces);
-* ``roam``: the arena of the plan (reserved for the whole step) plus the fallback heap's peak.
+Models: the same list as python -m roam.capture (python -m roam.capture --list-models): the
+roam.zoo models (bert-base, gpt2, ...), the BERT presets bert-tiny (2 layers, hidden 128),
+bert-mini (4, 256) and bert-small (4, 512), and every torchvision classification model (images
+of --image-size pixels).
 
-Models: any torchvision classification model (images ``--image-size``), the :mod:`roam.zoo`
-models, and BERT presets ``bert-tiny`` (2 layers, hidden 128), ``bert-mini`` (4, 256),
-``bert-small`` (4, 512) built with :class:`roam.zoo.BertConfig`.
+--check also runs the captured graph in program order on a third copy and reports, after the
+last step, whether the roam model is bit-identical to it and the largest relative difference
+to the eager loop.
 
-``--check`` also runs the captured graph in program order on a third copy and reports, after
-the last step, whether the roam model is bit-identical to it and the largest relative
-difference to the eager loop.
+Exit status: 0 ok, 2 bad arguments (e.g. an unknown model: the valid names are listed).
 """
 
 import argparse
@@ -32,16 +34,6 @@ import torch
 
 MiB = float(1 << 20)
 
-BERT_PRESETS = {
-    "bert-tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2,
-                      intermediate_size=512),
-    "bert-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
-                      intermediate_size=1024),
-    "bert-small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
-                       intermediate_size=2048),
-}
-
-
 def _mib(v: Optional[int]) -> str:
     return "-" if v is None else f"{v / MiB:.3f}"
 
@@ -51,7 +43,8 @@ def build(name: str, batch_size: int, image_size: int, num_classes: int,
     """``(model, optimizer, loss_fn, batch_fn)``; ``batch_fn(i)`` is the i-th batch (a
     deterministic random one)."""
     from . import zoo
-    from .capture.models import build_model, classification_model_names, make_optimizer
+    from .capture.models import (BERT_PRESETS, build_model, classification_model_names,
+                                 make_optimizer, model_names)
     from .capture.errors import UnknownModelError
     from .capture.trace import cross_entropy_loss
     torch.manual_seed(seed)
@@ -76,8 +69,7 @@ def build(name: str, batch_size: int, image_size: int, num_classes: int,
                     torch.randint(0, num_classes, (batch_size,), generator=g))
         loss_fn = cross_entropy_loss
     else:
-        valid = sorted(BERT_PRESETS) + zoo.model_names() + classification_model_names()
-        raise UnknownModelError(name, valid)
+        raise UnknownModelError(name, model_names())
     model.train()
     return model, make_optimizer(optimizer, model.parameters()), loss_fn, batch_fn
 
@@ -122,29 +114,43 @@ def bit_identical(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m roam.run", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m roam.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--optimizer", default="adam", choices=("adam", "adamw", "sgd"))
-    p.add_argument("--order", default="roam")
-    p.add_argument("--layout", default="roam")
-    p.add_argument("--time-limit", type=float, default=60.0, help="planner seconds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", required=True,
+                   help="model to train (the list of python -m roam.capture --list-models)")
+    p.add_argument("--batch-size", type=int, default=1, help="samples per batch (default 1)")
+    p.add_argument("--steps", type=int, default=3,
+                   help="training steps measured after the planned one (default 3)")
+    p.add_argument("--image-size", type=int, default=224,
+                   help="image height and width in pixels, torchvision models (default 224)")
+    p.add_argument("--num-classes", type=int, default=1000,
+                   help="classes of a torchvision model's output (default 1000)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per sample, zoo and BERT models (default: 128 for BERT, 1024 "
+                        "for gpt2*)")
+    p.add_argument("--optimizer", default="adam", choices=("adam", "adamw", "sgd"),
+                   help="adam (default), adamw (weight decay 0.01) or sgd (lr 0.01, momentum "
+                        "0.9)")
+    p.add_argument("--order", default="roam",
+                   help="operator order of the plan, as roam plan --order (default roam)")
+    p.add_argument("--layout", default="roam",
+                   help="arena layout of the plan, as roam plan --layout (default roam)")
+    p.add_argument("--time-limit", type=float, default=60.0,
+                   help="seconds the planner may spend (default 60)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the model's initial weights and of the random batches")
     p.add_argument("--debug", action="store_true",
-                   help="check every allocation against every live block")
+                   help="check every allocation against every live block (slow)")
     p.add_argument("--check", action="store_true",
                    help="also compare parameters with the captured graph in program order "
                         "(bit-identical) and with the eager loop (relative difference)")
-    p.add_argument("--no-eager", action="store_true", help="skip the eager loop")
+    p.add_argument("--no-eager", action="store_true",
+                   help="skip the eager loop (no eager column)")
     p.add_argument("--workspaces", default="arena", choices=("arena", "heap"),
                    help="operator workspaces: from free arena bytes when they fit (arena) or "
                         "always from the fallback heap (heap)")
-    p.add_argument("--json", default=None, help="write the per-step reports here")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the per-step reports to FILE (JSON)")
     return p
 
 

@@ -73,6 +73,10 @@ int run_viz(const VizArgs& a) {
   const nlohmann::json doc = read_json_file(a.plan_path);
   progress("validating " + a.plan_path);
   const ValidationReport rep = validate_plan(g, doc, a.plan_path);
+  if (!rep.valid && rep.problems.front().rfind("plan is for graph '", 0) == 0) {
+    std::cerr << "roam: error: " << a.plan_path << ": " << rep.problems.front() << ", nothing written\n";
+    return kExitInvalid;
+  }
   if (!rep.valid) {
     std::cerr << "roam: error: " << a.plan_path << " is not a valid plan for " << a.graph_path
               << ", nothing written:\n";
@@ -121,13 +125,18 @@ void add_viz_verb(CLI::App& app, Verbs& verbs) {
   static VizArgs args;
   CLI::App* cmd = app.add_subcommand(
       "viz",
-      "Draw PLAN's arena (x = step, y = offset, one rectangle per storage coloured by kind: "
-      "activation, gradient, optimizer temporary, temporary; the Tp curve, the arena line, key "
-      "points) and the live bytes per step of several orders of GRAPH, into one self-contained "
-      ".svg or .html file (hover a rectangle in the HTML for its tensor). The plan is validated "
-      "first: exit 1 when invalid, 2 when unreadable; nothing is written on any error.");
+      "Draw PLAN's arena (x = op index: the position in the plan's order, on forward / backward "
+      "/ update bands; y = offset; one rectangle per storage coloured by kind: activation, "
+      "gradient, optimizer temporary, temporary; the Tp curve, the arena line, key points), the "
+      "peak (marked, its largest tensors outlined and listed below with their size, op and "
+      "module) and the live bytes per op index of several orders of GRAPH, into one "
+      "self-contained .svg or .html file (no network). In the HTML: hover a rectangle for its "
+      "tensor, op and module; the mouse wheel zooms the op-index axis, dragging pans, \"zoom to "
+      "the peak\" jumps there. Version-2 plans are drawn over their instance graph "
+      "(recomputed instances named id#k). The plan is validated first: exit 1 when invalid, 2 "
+      "when unreadable; nothing is written on any error.");
   cmd->add_option("GRAPH", args.graph_path, "graph file")->required();
-  cmd->add_option("PLAN", args.plan_path, "plan file (roam-plan v1)")->required();
+  cmd->add_option("PLAN", args.plan_path, "plan file (roam-plan v1 or v2)")->required();
   cmd->add_option("-o,--output", args.out_path, "picture to write: FILE.svg or FILE.html")
       ->required();
   cmd->add_option("--orders", args.orders,

@@ -17,6 +17,7 @@
 
 #include "roam/analysis.h"
 #include "roam/graph.h"
+#include "roam/headline.h"
 #include "roam/layout.h"
 #include "roam/options.h"
 #include "roam/order.h"
@@ -205,6 +206,16 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   const nlohmann::json doc = checked_plan_json(g, r.plan);
   if (!out_path.empty()) roam::write_json_file(out_path, doc, 1);
   const roam::PlanStats& st = r.plan.stats;
+  // The headline first: the plan against what the user runs today (include/roam/headline.h).
+  roam::Headline h = roam::headline_reference(g, req.options.alignment);
+  h.peak_bytes = st.resident_bytes + std::max(r.reserved_bytes, st.arena_bytes);
+  h.lower_bound_bytes = st.resident_bytes + st.lower_bound_bytes;
+  if (budget) {
+    h.budget_bytes = *budget;
+    h.recomputations = st.recomputations;
+    if (st.compute_seconds > 0) h.recompute_overhead = st.recompute_seconds / st.compute_seconds;
+  }
+  std::cout << roam::headline_text(h) << "\n" << roam::headline_key() << "\n";
   std::cout << "graph          " << g.name << " (" << g.ops.size() << " ops, " << g.storages.size()
             << " storages)\n"
             << "method         order " << r.plan.order_method << ", layout " << r.plan.layout_method
@@ -251,6 +262,13 @@ int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
   const nlohmann::json doc = roam::read_json_file(plan_path);
   const roam::ValidationReport rep = roam::validate_plan(g, doc, plan_path);
   if (!rep.valid) {
+    // A plan for another graph: one line, the rest would only repeat it.
+    if (rep.problems.front().rfind("plan is for graph '", 0) == 0) {
+      std::cout << "INVALID: " << plan_path << ": " << rep.problems.front()
+                << " (nothing else checked: plan this graph with `roam plan`, or validate against "
+                   "the graph the plan was made for)\n";
+      return kExitInvalid;
+    }
     std::cout << "INVALID: " << plan_path << "\n";
     for (const auto& p : rep.problems) std::cout << "  " << p << "\n";
     if (rep.problem_count > rep.problems.size()) {
@@ -271,6 +289,7 @@ struct CompareRequest {
   std::vector<std::string> orders;   // empty: every order method
   std::vector<std::string> layouts;  // empty: every layout method
   std::string json_path;             // write the rows as JSON too
+  bool all = false;                  // every row, ties not collapsed
 };
 
 int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
@@ -339,27 +358,138 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   for (const Row& row : rows) {
     if (row.r.plan.order_method == "program" && row.r.plan.layout_method == "pytorch") ref_peak = row.peak;
   }
-  std::cout << "graph " << g.name << ": " << g.ops.size() << " ops, " << g.storages.size()
-            << " storages, resident " << mib(g.resident_bytes) << " MiB, lower bound " << mib(lb)
-            << " MiB, alignment " << alignment << " B\n";
-  std::printf("%-8s %-15s %10s %7s %10s %7s %10s %10s %8s %11s\n", "order", "layout", "Tp_MiB",
-              "Tp/LB", "arena_MiB", "frag_%", "peak_MiB", "held_MiB", "seconds", "vs_pytorch");
-  for (const Row& row : rows) {
-    const roam::PlanStats& st = row.r.plan.stats;
-    const double ratio = lb ? static_cast<double>(st.theoretical_peak_bytes) / static_cast<double>(lb) : 1.0;
-    const double red = ref_peak ? 100.0 * (1.0 - static_cast<double>(row.peak) / static_cast<double>(ref_peak)) : 0.0;
-    std::printf("%-8s %-15s %10s %7.4f %10s %7.2f %10s %10s %8.3f %10.2f%%\n",
-                row.r.plan.order_method.c_str(), row.r.plan.layout_method.c_str(),
-                mib(st.theoretical_peak_bytes).c_str(), ratio, mib(st.arena_bytes).c_str(),
-                100.0 * st.fragmentation, mib(st.peak_bytes).c_str(), mib(row.peak).c_str(),
-                st.solve_seconds, red);
-  }
+  // Under --budget: planned before anything is printed, so that the headline can name it.
   nlohmann::json budget_row;
+  std::optional<roam::PlanResult> budget_plan;
+  std::string budget_infeasible;
   if (budget) {
     progress("planning under the budget");
     try {
-      roam::PlanResult r = roam::plan_with_budget(g, {"auto", "auto", options}, *budget);
-      checked_plan_json(g, r.plan);
+      budget_plan = roam::plan_with_budget(g, {"auto", "auto", options}, *budget);
+      checked_plan_json(g, budget_plan->plan);
+      const roam::PlanStats& st = budget_plan->plan.stats;
+      budget_row = {{"budget_bytes", *budget}, {"version", budget_plan->plan.version},
+                    {"theoretical_peak_bytes", st.theoretical_peak_bytes},
+                    {"arena_bytes", st.arena_bytes}, {"peak_bytes", st.peak_bytes},
+                    {"recomputations", st.recomputations}, {"recompute_seconds", st.recompute_seconds},
+                    {"compute_seconds", st.compute_seconds}, {"solve_seconds", st.solve_seconds}};
+    } catch (const roam::BudgetInfeasible& e) {
+      budget_infeasible = e.what();
+      budget_row = {{"budget_bytes", *budget}, {"infeasible", true},
+                    {"smallest_budget_bytes", e.smallest_budget}, {"lower_bound_bytes", e.lower_bound}};
+    }
+  }
+  // The headline: the best row (least held bytes; ties: the first) against the program order.
+  // Rows in the order that picks representatives: among equal results, roam's own methods first.
+  std::vector<const Row*> by_pref;
+  for (const Row& row : rows) by_pref.push_back(&row);
+  std::stable_sort(by_pref.begin(), by_pref.end(), [](const Row* a, const Row* b) {
+    auto rank = [](const Row* r) {
+      return (r->r.plan.order_method == "roam" ? 0 : 2) + (r->r.plan.layout_method == "roam" ? 0 : 1);
+    };
+    return rank(a) < rank(b);
+  });
+  const Row* best = nullptr;
+  for (const Row* row : by_pref) {
+    if (best == nullptr || row->peak < best->peak) best = row;
+  }
+  roam::Headline h = roam::headline_reference(g, alignment);
+  h.peak_bytes = best ? best->peak : g.resident_bytes;
+  h.lower_bound_bytes = g.resident_bytes + lb;
+  std::cout << roam::headline_text(h) << "\n";
+  if (budget_plan) {
+    const roam::PlanStats& st = budget_plan->plan.stats;
+    roam::Headline hb = h;
+    hb.peak_bytes = st.peak_bytes;
+    hb.lower_bound_bytes = g.resident_bytes + st.lower_bound_bytes;
+    hb.budget_bytes = *budget;
+    hb.recomputations = st.recomputations;
+    if (st.compute_seconds > 0) hb.recompute_overhead = st.recompute_seconds / st.compute_seconds;
+    std::cout << roam::headline_text(hb) << "\n";
+  } else if (budget) {
+    std::cout << "under --budget: " << budget_infeasible << "\n";
+  }
+  std::cout << roam::headline_key() << "\n";
+  if (best) {
+    std::cout << "best: order " << best->r.plan.order_method << ", layout "
+              << best->r.plan.layout_method << "\n";
+  }
+  std::cout << "graph " << g.name << ": " << g.ops.size() << " ops, " << g.storages.size()
+            << " storages, resident " << mib(g.resident_bytes) << " MiB, lower bound " << mib(lb)
+            << " MiB, alignment " << alignment << " B\n";
+  // Distinct results (rows with the same Tp, arena and held bytes collapse into the first, by
+  // held bytes), unless --all.
+  struct Group {
+    const Row* row;
+    std::vector<const Row*> ties;
+  };
+  std::vector<Group> groups;
+  for (const Row* row_ptr : creq.all ? std::vector<const Row*>() : by_pref) {
+    const Row& row = *row_ptr;
+    Group* same = nullptr;
+    for (Group& gr : groups) {
+      const roam::PlanStats& a = gr.row->r.plan.stats;
+      const roam::PlanStats& b = row.r.plan.stats;
+      if (!creq.all && a.theoretical_peak_bytes == b.theoretical_peak_bytes &&
+          a.arena_bytes == b.arena_bytes && gr.row->peak == row.peak) {
+        same = &gr;
+        break;
+      }
+    }
+    if (same) same->ties.push_back(&row);
+    else groups.push_back({&row, {}});
+  }
+  if (creq.all) {
+    for (const Row& row : rows) groups.push_back({&row, {}});
+  }
+  if (!creq.all) {
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const Group& a, const Group& b) { return a.row->peak < b.row->peak; });
+  }
+  // "lescea+{llfb,best_fit}, lpmf+roam": the tied methods, grouped by order.
+  auto tie_text = [](const std::vector<const Row*>& ties) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_order;
+    for (const Row* t : ties) {
+      const std::string& o = t->r.plan.order_method;
+      auto it = std::find_if(by_order.begin(), by_order.end(), [&](const auto& p) { return p.first == o; });
+      if (it == by_order.end()) by_order.push_back({o, {t->r.plan.layout_method}});
+      else it->second.push_back(t->r.plan.layout_method);
+    }
+    std::string s;
+    for (const auto& [o, ls] : by_order) {
+      s += (s.empty() ? "" : ", ") + o + "+";
+      if (ls.size() == 1) {
+        s += ls[0];
+      } else {
+        s += "{";
+        for (size_t i = 0; i < ls.size(); ++i) s += (i ? "," : "") + ls[i];
+        s += "}";
+      }
+    }
+    return s;
+  };
+  std::printf("%-8s %-15s %10s %7s %10s %7s %10s %10s %8s %11s%s\n", "order", "layout", "Tp_MiB",
+              "Tp/LB", "arena_MiB", "frag_%", "peak_MiB", "held_MiB", "seconds", "vs_pytorch",
+              creq.all ? "" : "  same result");
+  for (const Group& gr : groups) {
+    const Row& row = *gr.row;
+    const roam::PlanStats& st = row.r.plan.stats;
+    const double ratio = lb ? static_cast<double>(st.theoretical_peak_bytes) / static_cast<double>(lb) : 1.0;
+    const double red = ref_peak ? 100.0 * (1.0 - static_cast<double>(row.peak) / static_cast<double>(ref_peak)) : 0.0;
+    std::printf("%-8s %-15s %10s %7.4f %10s %7.2f %10s %10s %8.3f %10.2f%%%s\n",
+                row.r.plan.order_method.c_str(), row.r.plan.layout_method.c_str(),
+                mib(st.theoretical_peak_bytes).c_str(), ratio, mib(st.arena_bytes).c_str(),
+                100.0 * st.fragmentation, mib(st.peak_bytes).c_str(), mib(row.peak).c_str(),
+                st.solve_seconds, red, gr.ties.empty() ? "" : ("  " + tie_text(gr.ties)).c_str());
+  }
+  if (!creq.all && groups.size() < rows.size()) {
+    std::cout << groups.size() << " distinct results of " << rows.size()
+              << " order x layout pairs (same result: equal Tp, arena and held bytes; --all "
+                 "prints every pair)\n";
+  }
+  if (budget) {
+    if (budget_plan) {
+      const roam::PlanResult& r = *budget_plan;
       const roam::PlanStats& st = r.plan.stats;
       const double overhead = st.compute_seconds > 0 ? st.recompute_seconds / st.compute_seconds : 0.0;
       std::printf("%-24s %10s %7s %10s %7.2f %10s %10s %8.3f  budget %s MiB: %s\n",
@@ -370,15 +500,8 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                   r.plan.version >= 2 ? (std::to_string(st.recomputations) + " recomputations, overhead " +
                                          fixed(100.0 * overhead, 2) + " % of compute seconds").c_str()
                                       : "met without recomputation");
-      budget_row = {{"budget_bytes", *budget}, {"version", r.plan.version},
-                    {"theoretical_peak_bytes", st.theoretical_peak_bytes},
-                    {"arena_bytes", st.arena_bytes}, {"peak_bytes", st.peak_bytes},
-                    {"recomputations", st.recomputations}, {"recompute_seconds", st.recompute_seconds},
-                    {"compute_seconds", st.compute_seconds}, {"solve_seconds", st.solve_seconds}};
-    } catch (const roam::BudgetInfeasible& e) {
-      std::cout << "budget " << mib(*budget) << " MiB: " << e.what() << "\n";
-      budget_row = {{"budget_bytes", *budget}, {"infeasible", true},
-                    {"smallest_budget_bytes", e.smallest_budget}, {"lower_bound_bytes", e.lower_bound}};
+    } else {
+      std::cout << "budget " << mib(*budget) << " MiB: " << budget_infeasible << "\n";
     }
   }
   std::cout << "peak = resident + arena (as in the plan file); held = resident + bytes the method "
@@ -412,6 +535,85 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   return 0;
 }
 
+#ifndef ROAM_VERSION
+#define ROAM_VERSION "0.1.0"
+#endif
+
+/// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+/// The closest candidate to `word`, or "" when none is close (at most a third of the letters).
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> option_names(const CLI::App* app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app->get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+    for (const std::string& n : o->get_snames()) names.push_back("-" + n);
+  }
+  return names;
+}
+
+/// One line for arguments CLI11 did not expect: the first unknown option (with the closest
+/// option of the command, or the commands that take it) or the first unexpected argument.
+std::string extras_message(const CLI::App& app, const std::vector<std::string>& extras) {
+  const std::vector<CLI::App*> chosen = app.get_subcommands();
+  const CLI::App* cmd = chosen.empty() ? nullptr : chosen.front();
+  const std::string who = cmd ? "roam " + cmd->get_name() : "roam";
+  const std::string help = "`" + who + " --help`";
+  for (const std::string& x : extras) {
+    if (x.size() < 2 || x[0] != '-') continue;
+    const std::string name = x.substr(0, x.find('='));
+    const std::vector<std::string> names = option_names(cmd ? cmd : &app);
+    std::string hint = closest(name, names);
+    std::string msg = who + ": unknown option " + name;
+    if (!hint.empty()) return msg + " (did you mean " + hint + "? " + help + " lists the options)";
+    std::vector<std::string> takers;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      const auto n = option_names(sub);
+      if (std::find(n.begin(), n.end(), name) != n.end()) takers.push_back(sub->get_name());
+    }
+    if (!takers.empty()) {
+      std::string list;
+      for (const std::string& t : takers) list += (list.empty() ? "roam " : ", roam ") + t;
+      msg += " (an option of " + list + ")";
+    }
+    return msg + "; " + help + " lists the options";
+  }
+  if (extras.empty()) return who + ": bad arguments; " + help + " lists them";
+  if (!cmd) {
+    std::vector<std::string> verbs;
+    for (const CLI::App* sub : app.get_subcommands({})) verbs.push_back(sub->get_name());
+    const std::string hint = closest(extras.front(), verbs);
+    return "roam: unknown command '" + extras.front() + "'" +
+           (hint.empty() ? "" : " (did you mean " + hint + "?)") + "; the commands are " + join(verbs) +
+           " (`roam --help`)";
+  }
+  return who + ": unexpected argument '" + extras.front() + "' (" + help + " lists what it takes)";
+}
+
 uint64_t check_alignment(uint64_t a) {
   if (a == 0 || (a & (a - 1)) != 0 || a > (uint64_t{1} << 20)) {
     throw CLI::ValidationError("--alignment", "must be a power of two between 1 and 1048576 bytes");
@@ -426,8 +628,17 @@ int main(int argc, char** argv) {
       "roam: memory planner for one training step (operator order + arena layout), after ROAM "
       "(arXiv 2310.19295).\n"
       "Sizes are in bytes in files and MiB (2^20 bytes) on screen; times in seconds.\n"
-      "Exit status: 0 ok, 1 plan invalid (validate), 2 bad input or usage, 3 internal error."};
+      "Exit status: 0 ok, 1 plan invalid (validate), 2 bad input or usage (`roam` alone prints "
+      "this help and exits 2), 3 internal error or a budget roam cannot meet.\n"
+      "plan and compare print a headline first: peak X MiB (resident + the plan's arena); program "
+      "order on a CPU allocator Y MiB (resident + Tp of the graph's own op order: what eager "
+      "PyTorch holds on a CPU); on PyTorch's CUDA caching allocator (simulated) W MiB (the "
+      "segments PyTorch's caching allocator would hold for that order on a GPU); lower bound L "
+      "MiB (resident + the fewest arena bytes any valid order needs); percentages: the peak "
+      "against Y and W."};
+  app.name("roam");
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("roam ") + ROAM_VERSION);
   app.fallthrough();  // `roam plan -q ...` as well as `roam -q plan ...`
   app.add_flag("-q,--quiet", roam::cli::g_quiet, "no progress messages on stderr");
 
@@ -441,8 +652,12 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand(
       "plan",
       "Plan GRAPH (roam-graph v1, .json or .json.gz): choose an order and an offset for every "
-      "storage, validate the plan, print resident / Tp / arena / peak / lower bound (MiB), "
-      "fragmentation (%) and seconds, and write the plan (roam-plan v1) with -o.\n"
+      "storage, validate the plan, print the headline (peak; program order on a CPU allocator = "
+      "resident + Tp of the program order, what eager PyTorch holds on a CPU; on PyTorch's CUDA "
+      "caching allocator (simulated) = the segments it would hold on a GPU; lower bound: no "
+      "order needs less; with --budget also the budget and the recompute overhead), then "
+      "resident / Tp / arena / peak / lower bound (MiB), fragmentation (%) and seconds, and "
+      "write the plan (roam-plan v1, v2 with recomputation) with -o.\n"
       "Exit 0 planned, 2 bad input (message names file, field, id; nothing written), 3 internal "
       "error.");
   plan->add_option("GRAPH", graph_path, "graph file")->required();
@@ -482,9 +697,13 @@ int main(int argc, char** argv) {
 
   CLI::App* compare = app.add_subcommand(
       "compare",
-      "One row per order x layout on GRAPH (MiB, seconds), each row's peak reduction against "
-      "the pytorch row (program order + caching-allocator simulation). Every row's plan is "
-      "validated.\nExit 0 ok, 2 bad input, 3 internal error.");
+      "Every order x layout on GRAPH. First the headline of the best plan (as `roam plan`: "
+      "against the program order on a CPU allocator and on PyTorch's CUDA caching allocator, "
+      "simulated, and the lower bound), then one row per distinct result (MiB, seconds; pairs "
+      "with the same Tp, arena and held bytes collapse into one row that names them; --all for "
+      "every pair), each row's held-bytes reduction against the pytorch row (program order + "
+      "caching-allocator simulation). Every row's plan is validated.\nExit 0 ok, 2 bad input, "
+      "3 internal error.");
   compare->add_option("GRAPH", graph_path, "graph file")->required();
   compare->add_option("--alignment", req.options.alignment, "bytes (power of two)")->capture_default_str();
   CompareRequest creq;
@@ -493,6 +712,9 @@ int main(int argc, char** argv) {
   compare->add_option("--layouts", creq.layouts, "layout methods to compare (default: all)")
       ->delimiter(',');
   compare->add_option("--json", creq.json_path, "also write the rows (bytes, seconds) as JSON");
+  compare->add_flag("--all", creq.all,
+                    "print one row per order x layout pair (default: one row per distinct "
+                    "result, sorted by held bytes, the pairs with the same result named after it)");
   compare->add_option("--threads", req.options.threads, "worker threads of the roam planners")
       ->check(CLI::Range(1, 256))->capture_default_str();
   compare->add_option("--time-limit", req.options.time_limit_seconds,
@@ -514,6 +736,10 @@ int main(int argc, char** argv) {
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [rank, adder] : registry) adder(app, verbs);
 
+  if (argc <= 1) {  // `roam` alone: the help, exit 2 (a command is required)
+    std::cout << app.help();
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
     check_alignment(req.options.alignment);
@@ -539,6 +765,16 @@ int main(int argc, char** argv) {
                         req.options);
     }
   } catch (const CLI::ParseError& e) {
+    const bool no_command = app.get_subcommands().empty() && !app.remaining().empty();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr || no_command) {
+      std::vector<std::string> extras;
+      for (const CLI::App* sub : app.get_subcommands()) {
+        for (const std::string& x : sub->remaining()) extras.push_back(x);
+      }
+      for (const std::string& x : app.remaining()) extras.push_back(x);
+      std::cerr << "roam: error: " << extras_message(app, extras) << "\n";
+      return kExitBadInput;
+    }
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitBadInput;
   }

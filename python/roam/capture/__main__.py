@@ -17,9 +17,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m roam.capture",
         description="Trace one training step (forward, loss, backward, optimizer update) of a "
-                    "torchvision classification model or a roam.zoo model (bert-base, gpt2, "
-                    "gpt2-medium, gpt2-large, gpt2-xl) with make_fx and write it as a "
-                    "roam-graph v1 file (.json or .json.gz).")
+                    "torchvision classification model, a roam.zoo model (bert-base, gpt2, "
+                    "gpt2-medium, gpt2-large, gpt2-xl) or a BERT preset (bert-tiny, bert-mini, "
+                    "bert-small) with make_fx and write it as a roam-graph v1 file (.json or "
+                    ".json.gz). python -m roam.run takes the same models.")
     p.add_argument("--model", help="torchvision.models classification model or zoo model "
                                     "(--list-models prints them)")
     p.add_argument("--batch-size", type=int, default=1)

@@ -11,6 +11,17 @@ from .errors import UnknownModelError
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
+# Small BERT configurations of roam.zoo's bert-base (roam.zoo.BertConfig fields), by name: one
+# list of models for python -m roam.capture and python -m roam.run (see model_names()).
+BERT_PRESETS: Dict[str, Dict[str, int]] = {
+    "bert-tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2,
+                      intermediate_size=512),
+    "bert-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+                      intermediate_size=1024),
+    "bert-small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8,
+                       intermediate_size=2048),
+}
+
 
 def classification_model_names() -> List[str]:
     """Sorted names of the classification models of ``torchvision.models``."""
@@ -29,9 +40,10 @@ def zoo_model_names() -> List[str]:
 
 
 def model_names() -> List[str]:
-    """Every name :func:`capture_named` accepts: zoo models, then torchvision
+    """Every name :func:`capture_named` (``python -m roam.capture``) and ``python -m roam.run``
+    accept: zoo models, the BERT presets (:data:`BERT_PRESETS`), then torchvision
     classification models."""
-    return zoo_model_names() + classification_model_names()
+    return zoo_model_names() + sorted(BERT_PRESETS) + classification_model_names()
 
 
 def build_model(name: str, num_classes: int = 1000) -> torch.nn.Module:
@@ -109,7 +121,10 @@ def capture_named(name: str, batch_size: int = 1, *, optimizer: str = "adam",
         raise ValueError("batch_size, image_size, num_classes and seq_len must be >= 1")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-    is_zoo = name in zoo.MODELS
+    zoo_name = "bert-base" if name in BERT_PRESETS else name  # a preset is a bert-base config
+    if name in BERT_PRESETS and zoo_config is None:
+        zoo_config = zoo.BertConfig(**BERT_PRESETS[name])
+    is_zoo = zoo_name in zoo.MODELS
     if not is_zoo and name not in classification_model_names():
         raise UnknownModelError(name, model_names())
     say = progress or (lambda s: None)
@@ -120,21 +135,21 @@ def capture_named(name: str, batch_size: int = 1, *, optimizer: str = "adam",
     with (fm if fm is not None else contextlib.nullcontext()):
         if is_zoo:
             say(f"building roam.zoo {name} ({where})")
-            model = zoo.build(name, zoo_config)
+            model = zoo.build(zoo_name, zoo_config)
         else:
             say(f"building torchvision.{name} (num_classes={num_classes}, {where})")
             model = build_model(name, num_classes=num_classes)
     model.train()
     if is_zoo:
-        entry = zoo.MODELS[name]
+        entry = zoo.MODELS[zoo_name]
         cfg = zoo_config if zoo_config is not None else entry.config
         s = seq_len or entry.seq_len
         g = torch.Generator().manual_seed(seed)
-        batch = zoo.example_batch(name, batch_size, s, generator=g, config=cfg)
-        warmup = zoo.example_batch(name, batch_size, s, generator=g, config=cfg)
+        batch = zoo.example_batch(zoo_name, batch_size, s, generator=g, config=cfg)
+        warmup = zoo.example_batch(zoo_name, batch_size, s, generator=g, config=cfg)
         loss_fn = zoo.lm_loss
         input_names = ["input_ids", "labels"]
-        meta.update({"model": f"roam.zoo.{name}", "batch_size": batch_size, "seq_len": s,
+        meta.update({"model": f"roam.zoo.{zoo_name}", "batch_size": batch_size, "seq_len": s,
                      "config": dict(vars(cfg)) if not hasattr(cfg, "__dataclass_fields__")
                      else {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}})
     else:

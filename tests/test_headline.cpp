@@ -1,0 +1,304 @@
+// The headline of `roam plan` and `roam compare` (include/roam/headline.h), recomputed here from
+// the plan file and the graph with code written independently of the library: the program
+// order's Tp from the brute model of testing.h, PyTorch's CUDA caching allocator simulated again
+// from its published rules (c10/cuda/CUDACachingAllocator.cpp, 1.13 defaults), the percentages
+// from those. Also: compare's ties collapse (and --all), plan --budget's headline.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <list>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "roam/headline.h"
+#include "testing.h"
+
+namespace {
+
+using roamtest::json;
+
+struct CliResult {
+  int status = -1;
+  std::string out, err;
+};
+
+CliResult run_roam(const roamtest::TempDir& dir, const std::string& args) {
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const std::string cmd = std::string(ROAM_BIN) + " " + args + " > " + out + " 2> " + err;
+  const int st = std::system(cmd.c_str());
+  CliResult r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = roamtest::read_text(out);
+  r.err = roamtest::read_text(err);
+  return r;
+}
+
+std::string bench_graph(const std::string& name) {
+  return std::string(ROAM_FIXTURES) + "/../../bench/graphs/" + name;
+}
+
+std::string mib2(uint64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / 1048576.0);
+  return buf;
+}
+
+std::string pct(uint64_t value, uint64_t ref) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%+.1f", 100.0 * (static_cast<double>(value) / static_cast<double>(ref) - 1));
+  std::string s = buf;
+  return s == "-0.0" ? "+0.0" : s;
+}
+
+// ---- PyTorch's caching allocator, written again from its rules (not from roam's code) ----
+// Requests round up to 512 B; <= 1 MiB: small pool, 2 MiB segments; < 10 MiB: 20 MiB segments;
+// else a segment of the request rounded to 2 MiB. Best fit (smallest block, then lowest
+// address) among free blocks of the pool; a block is split when the rest is >= 512 B (small) or
+// > 1 MiB (large); a freed block merges with free neighbours of its segment. Segments are never
+// released: the reserved total only grows.
+class IndependentCaching {
+ public:
+  struct Block {
+    uint64_t addr, size;
+    bool free;
+  };
+  struct Segment {
+    bool small;
+    std::list<Block> blocks;  // address order
+  };
+
+  // Returns a handle (segment index, address) of the allocated block.
+  std::pair<size_t, uint64_t> malloc(uint64_t request) {
+    const uint64_t size = std::max<uint64_t>(512, (request + 511) / 512 * 512);
+    const bool small = size <= (1u << 20);
+    Segment* best_seg = nullptr;
+    std::list<Block>::iterator best;
+    size_t best_index = 0;
+    for (size_t i = 0; i < segs_.size(); ++i) {
+      Segment& s = segs_[i];
+      if (s.small != small) continue;
+      for (auto it = s.blocks.begin(); it != s.blocks.end(); ++it) {
+        if (!it->free || it->size < size) continue;
+        if (!best_seg || it->size < best->size || (it->size == best->size && it->addr < best->addr)) {
+          best_seg = &s;
+          best = it;
+          best_index = i;
+        }
+      }
+    }
+    if (!best_seg) {
+      uint64_t seg_size = small ? (2u << 20) : size < (10u << 20) ? (20u << 20) : (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+      segs_.push_back({small, {{reserved_, seg_size, true}}});
+      reserved_ += seg_size;
+      best_seg = &segs_.back();
+      best = best_seg->blocks.begin();
+      best_index = segs_.size() - 1;
+    }
+    const uint64_t rest = best->size - size;
+    if (small ? rest >= 512 : rest > (1u << 20)) {
+      best_seg->blocks.insert(std::next(best), Block{best->addr + size, rest, true});
+      best->size = size;
+    }
+    best->free = false;
+    return {best_index, best->addr};
+  }
+
+  void free(std::pair<size_t, uint64_t> handle) {
+    auto& blocks = segs_[handle.first].blocks;
+    auto it = blocks.begin();
+    while (it->addr != handle.second) ++it;
+    it->free = true;
+    if (it != blocks.begin() && std::prev(it)->free) {
+      auto p = std::prev(it);
+      p->size += it->size;
+      blocks.erase(it);
+      it = p;
+    }
+    if (std::next(it) != blocks.end() && std::next(it)->free) {
+      it->size += std::next(it)->size;
+      blocks.erase(std::next(it));
+    }
+  }
+
+  uint64_t reserved() const { return reserved_; }
+
+ private:
+  std::vector<Segment> segs_;
+  uint64_t reserved_ = 0;
+};
+
+struct Reference {
+  uint64_t resident = 0;
+  uint64_t cpu = 0;   // resident + Tp(program order)
+  uint64_t cuda = 0;  // resident + simulated caching allocator's reserved bytes
+};
+
+/// Y and W recounted from the graph: the brute model's liveness in program order, workspaces
+/// added at their op's step.
+Reference recount(const roam::Graph& g, uint64_t alignment) {
+  const roamtest::BruteModel m = roamtest::brute_model(g);
+  std::vector<int> program(m.n);
+  for (int i = 0; i < m.n; ++i) program[i] = i;
+  std::vector<uint64_t> live = roamtest::brute_live_bytes(m, program, alignment);
+  for (int v = 0; v < m.n; ++v) live[v] += roamtest::round_up(g.ops[v].workspace, alignment);
+  Reference r;
+  for (const auto& t : g.tensors) {
+    if (t.role != roam::Role::kNone && t.alias_of < 0) r.resident += t.size;
+  }
+  r.cpu = r.resident + (live.empty() ? 0 : *std::max_element(live.begin(), live.end()));
+  // Allocations at their first step, frees after their last, in storage order within a step.
+  const auto iv = roamtest::brute_intervals(m, program);
+  IndependentCaching alloc;
+  std::vector<std::pair<size_t, uint64_t>> handle(m.storages.size());
+  for (int t = 0; t < m.n; ++t) {
+    for (size_t s = 0; s < m.storages.size(); ++s) {
+      if (iv[s].first == t) handle[s] = alloc.malloc(m.storages[s].size);
+    }
+    std::vector<std::pair<size_t, uint64_t>> ws;
+    if (g.ops[t].workspace > 0) ws.push_back(alloc.malloc(g.ops[t].workspace));
+    for (auto& w : ws) alloc.free(w);
+    for (size_t s = 0; s < m.storages.size(); ++s) {
+      if (iv[s].second == t) alloc.free(handle[s]);
+    }
+  }
+  r.cuda = r.resident + alloc.reserved();
+  return r;
+}
+
+const std::regex kHeadline(
+    R"(^peak ([0-9.]+) MiB(?: \(budget ([0-9.]+) MiB, ([^)]*)\))?; program order on a CPU allocator ([0-9.]+) MiB \(([-+][0-9.]+)%\); on PyTorch's CUDA caching allocator \(simulated\) ([0-9.]+) MiB \(([-+][0-9.]+)%\); lower bound ([0-9.]+) MiB$)");
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+TEST(Headline, FormatOfTheLibrary) {
+  roam::Headline h;
+  h.peak_bytes = 75ull << 20;
+  h.cpu_program_bytes = 100ull << 20;
+  h.cuda_program_bytes = 150ull << 20;
+  h.lower_bound_bytes = 70ull << 20;
+  EXPECT_EQ(roam::headline_text(h),
+            "peak 75.00 MiB; program order on a CPU allocator 100.00 MiB (-25.0%); on PyTorch's "
+            "CUDA caching allocator (simulated) 150.00 MiB (-50.0%); lower bound 70.00 MiB");
+  h.budget_bytes = 80ull << 20;
+  h.recomputations = 3;
+  h.recompute_overhead = 0.125;
+  EXPECT_EQ(roam::headline_text(h).substr(0, 70),
+            "peak 75.00 MiB (budget 80.00 MiB, recompute overhead 12.5%); program o");
+  h.recomputations = 0;
+  EXPECT_NE(roam::headline_text(h).find("(budget 80.00 MiB, no recomputation)"), std::string::npos);
+  EXPECT_EQ(roam::percent_change(110, 100), "+10.0%");
+  EXPECT_EQ(roam::percent_change(100, 100), "+0.0%");
+  EXPECT_EQ(roam::percent_change(1, 0), "n/a");
+}
+
+// The figures of `roam plan`'s first line, recomputed from the plan file and the graph.
+void check_plan_headline(const std::string& graph_file, const std::string& extra_args) {
+  SCOPED_TRACE(graph_file + " " + extra_args);
+  roamtest::TempDir dir;
+  const CliResult r = run_roam(dir, "plan -q " + graph_file + " -o " + dir.file("p.json") + " " + extra_args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::smatch m;
+  const std::string line = first_line(r.out);
+  ASSERT_TRUE(std::regex_match(line, m, kHeadline)) << line;
+  const json plan = roamtest::json::parse(roamtest::read_text(dir.file("p.json")));
+  const roam::Graph g = roam::load_graph(graph_file);
+  const uint64_t alignment = plan.at("alignment").get<uint64_t>();
+  const json& st = plan.at("stats");
+  const uint64_t resident = st.at("resident_bytes").get<uint64_t>();
+  const Reference ref = recount(g, alignment);
+  // X is what the plan holds: resident + arena, or for the pytorch layout (a simulation of the
+  // caching allocator) its reserved segments.
+  const uint64_t x = plan.at("method").at("layout") == "pytorch"
+                         ? ref.cuda
+                         : resident + st.at("arena_bytes").get<uint64_t>();
+  EXPECT_EQ(ref.resident, resident);
+  EXPECT_EQ(m[1].str(), mib2(x));
+  EXPECT_EQ(m[4].str(), mib2(ref.cpu));
+  EXPECT_EQ(m[5].str(), pct(x, ref.cpu));
+  EXPECT_EQ(m[6].str(), mib2(ref.cuda));
+  EXPECT_EQ(m[7].str(), pct(x, ref.cuda));
+  EXPECT_EQ(m[8].str(), mib2(resident + st.at("lower_bound_bytes").get<uint64_t>()));
+  // The meaning of the figures is on the next line.
+  const std::string second = r.out.substr(line.size() + 1, r.out.find('\n', line.size() + 1) - line.size() - 1);
+  EXPECT_NE(second.find("CPU allocator = resident + Tp"), std::string::npos) << second;
+  if (plan.at("version") == 2 || plan.at("method").at("options").contains("budget_bytes")) {
+    ASSERT_TRUE(m[2].matched) << line;
+    const uint64_t budget = plan.at("method").at("options").at("budget_bytes").get<uint64_t>();
+    EXPECT_EQ(m[2].str(), mib2(budget));
+    if (plan.at("version") == 2) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "recompute overhead %.1f%%",
+                    100.0 * st.at("recompute_seconds").get<double>() / st.at("compute_seconds").get<double>());
+      EXPECT_EQ(m[3].str(), buf);
+    } else {
+      EXPECT_EQ(m[3].str(), "no recomputation");
+    }
+  }
+}
+
+TEST(Headline, PlanFiguresRecomputed) {
+  check_plan_headline(bench_graph("alexnet-b1-adam.json.gz"), "");
+  check_plan_headline(bench_graph("mobilenet_v2-b1-adam.json.gz"), "--alignment 512");
+  check_plan_headline(roamtest::fixture_path("pytorch_pools.json"), "--order program --layout pytorch");
+  check_plan_headline(roamtest::fixture_path("diamond.json"), "");
+}
+
+TEST(Headline, PlanWithBudget) {
+  // A budget between the lower bound with recomputation and the plain plan's peak: the plan
+  // recomputes, and the headline names the budget and the overhead.
+  const std::string graph = bench_graph("vit_b_16-b1-adam.json.gz");
+  roamtest::TempDir dir;
+  const CliResult plain = run_roam(dir, "plan -q " + graph + " -o " + dir.file("p.json"));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const json p = json::parse(roamtest::read_text(dir.file("p.json")));
+  const uint64_t peak = p.at("stats").at("peak_bytes").get<uint64_t>();
+  const uint64_t resident = p.at("stats").at("resident_bytes").get<uint64_t>();
+  const uint64_t budget = resident + (peak - resident) * 9 / 10;
+  check_plan_headline(graph, "--budget " + std::to_string(budget));
+  check_plan_headline(graph, "--budget " + std::to_string(peak + 1000));  // met without recomputing
+}
+
+TEST(Headline, CompareCollapsesTies) {
+  const std::string graph = bench_graph("alexnet-b1-adam.json.gz");
+  roamtest::TempDir dir;
+  const CliResult r = run_roam(dir, "compare -q " + graph);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::smatch m;
+  const std::string line = first_line(r.out);
+  ASSERT_TRUE(std::regex_match(line, m, kHeadline)) << line;
+  // The headline's peak is the least held bytes of any pair: the roam plan.
+  const roam::Graph g = roam::load_graph(graph);
+  const Reference ref = recount(g, 64);
+  EXPECT_EQ(m[4].str(), mib2(ref.cpu));
+  EXPECT_EQ(m[6].str(), mib2(ref.cuda));
+  EXPECT_NE(r.out.find("best: order roam, layout roam"), std::string::npos) << r.out;
+  // Table rows: count the lines that start with an order name.
+  auto rows = [](const std::string& out) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    std::string l;
+    while (std::getline(in, l)) {
+      for (const std::string& o : roam::order_methods()) {
+        if (l.rfind(o + " ", 0) == 0) v.push_back(l);
+      }
+    }
+    return v;
+  };
+  const auto distinct = rows(r.out);
+  const size_t pairs = roam::order_methods().size() * roam::layout_methods().size();
+  EXPECT_LT(distinct.size(), pairs) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(distinct.size()) + " distinct results of " + std::to_string(pairs)),
+            std::string::npos) << r.out;
+  // Sorted by held bytes, the first row is the best; tied pairs are named ("order+layout").
+  EXPECT_EQ(distinct.front().rfind("roam ", 0), 0u) << distinct.front();
+  EXPECT_NE(r.out.find("+{"), std::string::npos) << r.out;
+  const CliResult all = run_roam(dir, "compare -q " + graph + " --all");
+  ASSERT_EQ(all.status, 0) << all.err;
+  EXPECT_EQ(rows(all.out).size(), pairs) << all.out;
+  EXPECT_EQ(first_line(all.out), line);
+}
+
+}  // namespace
