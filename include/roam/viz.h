@@ -1,9 +1,9 @@
 // `roam viz`: a picture of a plan's arena and of the live bytes of several orders, as one
 // self-contained SVG or HTML document (no network access: no external URL, everything inline).
 //
-// Units: x is the step (0-based position in an execution order; a storage live at steps
-// first..last inclusive covers x in [first, last + 1)); y is bytes. Axis labels are in MiB
-// (2^20 bytes); hover texts give bytes and MiB.
+// Units: x is the step, shown as "op index" (0-based position in an execution order; a storage
+// live at steps first..last inclusive covers x in [first, last + 1)); y is bytes. Axis labels
+// are in MiB (2^20 bytes); hover texts give bytes and MiB.
 //
 // Pictures are in pixels (coordinates rounded to 2 decimals). Each data group carries its
 // mapping from data to pixels: data-x0 (pixel x of step 0), data-px-per-step, data-y0 (pixel y
@@ -17,22 +17,40 @@
 //   "grad" gradient: produced in the backward phase;
 //   "opt"  optimizer temporary: produced in the update phase;
 //   "tmp"  every other storage (forward-only or `other`-phase temporaries);
-// and a <title> child (the hover text): tensor id and name, size (bytes, MiB), kind, offset,
-// producing op id and target, live steps. In the same group: the polyline class "tp" (live
+// and a <title> child (the hover text): tensor id and name, size (bytes, MiB), kind, the
+// module of the producing op (Op::module, "(no module)" when empty), offset, producing op id,
+// target and phase, live steps. In the same group: the polyline class "tp" (live
 // bytes per step, one point (x(step + 0.5), y(live bytes)) per step), the line class "arena"
 // (at y(arena bytes)) and the path class "keypoints" (one vertical tick just above the plot at
 // x(step + 0.5) of each key point under the plan's order; with at most 80 key points also faint
 // full-height lines, path class "keylines", behind the rectangles). Resident bytes are not drawn
-// (they are not in the arena).
+// (they are not in the arena). Behind the rectangles (group class "bands"): one rect per run of
+// ops of one phase in the order, class "band-forward", "band-backward", "band-update" or
+// "band-other", labelled above the plot per 24-pixel window by the phases with at least a tenth
+// of its ops ("backward + update"). The peak (group id="peak", data-step = the first step with
+// the most live bytes): a vertical line class "peak" and, class "peakmark", an outline on each
+// of the 10 largest storages live there, which the table below the plot (group
+// id="peak-table") lists with size, kind, producing op and module, followed by the bytes live at
+// the peak per module (text id="peak-modules").
+//
+// HTML only: both pictures are <svg class="zoomable"> with data-plot-x, data-plot-w and
+// data-steps; their plot contents sit in <g class="zoom"> groups (clipped to the plot) whose
+// transform the inline script sets to zoom and pan the x axis (wheel, drag, double click,
+// buttons "reset zoom" and "zoom to the peak"; the URL fragment #zoom-peak opens zoomed). Text
+// that follows the zoom carries data-sx (its unzoomed x) and data-dx (a fixed pixel offset); the
+// x ticks (group class "xticks") are redrawn by the script.
 //
 // View 2, the orders (group id="orders"; in SVG a second panel below the first, in HTML a
 // second section): one polyline class "order" per order method, with `data-order` = the method
-// name and a <title>, points (x(step + 0.5), y(live bytes)). When the graph has more than 4
+// name and a <title>, points (x(step + 0.5), y(live bytes)). Curves with exactly the same live
+// bytes get stroke-dasharray / stroke-dashoffset so that each colour shows on its own share of
+// the line, and the legend says "same curve as ...". When the graph has more than 4
 // steps per pixel column, a polyline keeps, per column, only its minimum and maximum points
 // (visually the same drawing, a small file); otherwise one point per step.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +84,9 @@ struct VizOptions {
   std::string layout_label;
   /// Drawn as a dashed line in view 2 when > 0 (bytes; e.g. lower_bound(g, alignment)).
   uint64_t lower_bound_bytes = 0;
+  /// Resident bytes shown in the heading (default: g.resident_bytes; an instance graph of a
+  /// version-2 plan has none of its own).
+  std::optional<uint64_t> resident_bytes;
 };
 
 /// The document text (SVG or HTML per options.file_name) for a plan given as its order, one

@@ -87,6 +87,10 @@ int run_viz(const VizArgs& a) {
     const Graph& x = rep.instances->graph;
     vo.orders = {"program"};  // the plan's own schedule; other orders do not recompute
     vo.order_label = "recomputing schedule";
+    vo.resident_bytes = g.resident_bytes;
+    if (const auto m = doc.find("method"); m != doc.end() && m->is_object()) {
+      if (const auto l = m->find("layout"); l != m->end() && l->is_string()) vo.layout_label = l->get<std::string>();
+    }
     vo.lower_bound_bytes = rep.recomputed.lower_bound_bytes;
     progress("rendering");
     const std::string text = render_viz(x, x.program_order(), rep.instance_offsets,

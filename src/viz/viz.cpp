@@ -270,6 +270,12 @@ std::string clip(const std::string& s, size_t n) {
   return s.substr(0, n - 3) + "...";
 }
 
+/// Same, keeping the end: module paths differ in their last parts.
+std::string clip_left(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  return "..." + s.substr(s.size() - (n - 3));
+}
+
 std::string legend_swatch(double x, double y, const std::string& cls, const std::string& label,
                           const std::string& sub) {
   std::string s = "<rect class=\"" + cls + "\" x=\"" + num(x) + "\" y=\"" + num(y - 10) +
@@ -375,7 +381,8 @@ std::string arena_panel(const Ctx& c) {
        " (order " + esc(order_label) + ", layout " + esc(layout_label) + ", alignment " +
        std::to_string(c.alignment) + " B)</text>\n";
   s += "<text x=\"" + num(kPlotX) + "\" y=\"44\">" + std::to_string(c.n) + " ops, " +
-       std::to_string(g.num_storages()) + " storages; resident " + mib(g.resident_bytes) +
+       std::to_string(g.num_storages()) + " storages; resident " +
+       mib(c.opt.resident_bytes ? *c.opt.resident_bytes : g.resident_bytes) +
        " MiB (not drawn), Tp " + mib(c.tp) + " MiB, arena " + mib(c.arena) +
        " MiB, fragmentation " + num(100 * frag, 2) + " %, " + std::to_string(c.key_steps.size()) +
        " key points</text>\n";
@@ -468,7 +475,7 @@ std::string arena_panel(const Ctx& c) {
     s += "<g id=\"peak-table\">\n";
     s += "<text class=\"h1\" x=\"" + num(kPlotX) + "\" y=\"" + num(y) + "\">At the peak: " +
          mib(c.tp) + " MiB live at op index " + std::to_string(c.peak_step) + " (" + esc(op.id) +
-         " " + esc(clip(op.target, 40)) + ", module " + esc(clip(module_of(op), 50)) + ")</text>\n";
+         " " + esc(clip(op.target, 40)) + ", module " + esc(clip_left(module_of(op), 50)) + ")</text>\n";
     y += kRowH + 2;
     const size_t shown = std::min<size_t>(c.at_peak.size(), kPeakRows);
     uint64_t shown_bytes = 0;
@@ -498,7 +505,7 @@ std::string arena_panel(const Ctx& c) {
                                    mib(st.size),
                                    kind_label(c.kinds[i]),
                                    clip(p.id + " " + p.target, 42),
-                                   clip(module_of(p), 38),
+                                   clip_left(module_of(p), 35),
                                    std::to_string(c.live.first[i]) + "-" + std::to_string(c.live.last[i])};
       for (int k = 0; k < 7; ++k) {
         s += "<text" + std::string(k == 1 || k == 4 || k == 5 ? " class=\"mono\"" : "") + " x=\"" +
@@ -519,10 +526,10 @@ std::string arena_panel(const Ctx& c) {
                      [](const auto& a, const auto& b) { return a.second > b.second; });
     y += kRowH + 4;
     std::string line = "live at the peak by module:";
-    for (size_t k = 0; k < std::min<size_t>(by_module.size(), 5); ++k) {
-      line += (k ? ", " : " ") + clip(by_module[k].first, 30) + " " + mib(by_module[k].second) + " MiB";
+    for (size_t k = 0; k < std::min<size_t>(by_module.size(), 4); ++k) {
+      line += (k ? ", " : " ") + clip_left(by_module[k].first, 30) + " " + mib(by_module[k].second) + " MiB";
     }
-    if (by_module.size() > 5) line += ", ... (" + std::to_string(by_module.size()) + " modules)";
+    if (by_module.size() > 4) line += ", ... (" + std::to_string(by_module.size()) + " modules)";
     s += "<text id=\"peak-modules\" x=\"" + num(kPlotX) + "\" y=\"" + num(y) + "\">" + esc(line) + "</text>\n";
     s += "</g>\n";
   }
