@@ -67,9 +67,9 @@ enum class VizFormat : uint8_t { kSvg, kHtml };
 VizFormat viz_format(const std::string& file_name);
 
 /// Storage kinds as drawn (see the header comment), indexed by StorageIdx.
-enum class VizKind : uint8_t { kActivation, kTemporary, kGradient, kOptimizerTemporary };
+enum class VizKind : uint8_t { kActivation, kTemporary, kGradient, kOptimizerTemporary, kRecomputed };
 std::vector<VizKind> viz_kinds(const Graph& g);
-/// "act", "tmp", "grad", "opt": the rect class of a kind.
+/// "act", "tmp", "grad", "opt", "rec": the rect class of a kind.
 const char* viz_class(VizKind kind);
 
 struct VizOptions {
@@ -87,6 +87,9 @@ struct VizOptions {
   /// Resident bytes shown in the heading (default: g.resident_bytes; an instance graph of a
   /// version-2 plan has none of its own).
   std::optional<uint64_t> resident_bytes;
+  /// Per storage (empty: none): an instance that a recomputation created (plan version 2),
+  /// drawn as its own kind.
+  std::vector<bool> recomputed;
 };
 
 /// The document text (SVG or HTML per options.file_name) for a plan given as its order, one

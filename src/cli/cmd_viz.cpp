@@ -92,6 +92,12 @@ int run_viz(const VizArgs& a) {
       if (const auto l = m->find("layout"); l != m->end() && l->is_string()) vo.layout_label = l->get<std::string>();
     }
     vo.lower_bound_bytes = rep.recomputed.lower_bound_bytes;
+    vo.recomputed.assign(x.storages.size(), false);
+    for (StorageIdx s = 0; s < x.num_storages(); ++s) {
+      const Storage& st = x.storages[s];
+      vo.recomputed[s] = st.workspace_of >= 0 ? rep.instances->appearance[st.workspace_of] > 0
+                                              : rep.instances->instance[st.root] > 0;
+    }
     progress("rendering");
     const std::string text = render_viz(x, x.program_order(), rep.instance_offsets,
                                         doc.at("alignment").get<uint64_t>(), vo);

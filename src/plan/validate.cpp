@@ -129,6 +129,9 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule)
       }
       Tensor c;
       c.id = app == 0 ? g.tensors[t].id : g.tensors[t].id + "#" + std::to_string(app);
+      c.name = g.tensors[t].name;
+      c.dtype = g.tensors[t].dtype;
+      c.shape = g.tensors[t].shape;
       c.size = g.tensors[t].size;
       c.producer = here;
       binding[t] = static_cast<TensorIdx>(x.tensors.size());

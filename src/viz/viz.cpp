@@ -199,6 +199,7 @@ const char* kind_label(VizKind k) {
     case VizKind::kActivation: return "activation";
     case VizKind::kGradient: return "gradient";
     case VizKind::kOptimizerTemporary: return "optimizer temporary";
+    case VizKind::kRecomputed: return "recomputed instance";
     case VizKind::kTemporary: break;
   }
   return "temporary";
@@ -210,7 +211,7 @@ std::string style(int32_t steps) {
       ".h1{font-size:16px;font-weight:bold}.small{font-size:11px;fill:#555}"
       ".bold{font-weight:bold}.mono{font-family:monospace;font-size:11.5px}"
       ".bg{fill:#fff}"
-      ".act{fill:#4e79a7}.tmp{fill:#f1a340}.grad{fill:#e15759}.opt{fill:#9467bd}"
+      ".act{fill:#4e79a7}.tmp{fill:#f1a340}.grad{fill:#e15759}.opt{fill:#9467bd}.rec{fill:#59a14f}"
       ".band-forward{fill:#dbe8f6}.band-backward{fill:#f8dede}.band-update{fill:#e6def3}"
       ".band-other{fill:#eeeeee}"
       ".bandlabel{font-size:11px;font-weight:bold;fill:#555}"
@@ -535,7 +536,7 @@ std::string arena_panel(const Ctx& c) {
   }
 
   // Legend: kinds with counts and bytes, then the lines and the phase bands.
-  uint64_t count[4] = {0, 0, 0, 0}, bytes[4] = {0, 0, 0, 0};
+  uint64_t count[5] = {0, 0, 0, 0, 0}, bytes[5] = {0, 0, 0, 0, 0};
   for (StorageIdx i = 0; i < g.num_storages(); ++i) {
     const int k = static_cast<int>(c.kinds[i]);
     ++count[k];
@@ -544,8 +545,9 @@ std::string arena_panel(const Ctx& c) {
   s += "<g class=\"legend\">\n";
   y = kArenaPlotY + 10;
   for (const VizKind k : {VizKind::kActivation, VizKind::kGradient, VizKind::kOptimizerTemporary,
-                          VizKind::kTemporary}) {
+                          VizKind::kTemporary, VizKind::kRecomputed}) {
     const int i = static_cast<int>(k);
+    if (k == VizKind::kRecomputed && count[i] == 0) continue;
     s += legend_swatch(kLegendX, y, viz_class(k), kind_label(k),
                        std::to_string(count[i]) + (count[i] == 1 ? " storage, " : " storages, ") +
                            mib(bytes[i]) + " MiB");
@@ -853,6 +855,7 @@ const char* viz_class(VizKind kind) {
     case VizKind::kActivation: return "act";
     case VizKind::kGradient: return "grad";
     case VizKind::kOptimizerTemporary: return "opt";
+    case VizKind::kRecomputed: return "rec";
     case VizKind::kTemporary: break;
   }
   return "tmp";
@@ -873,6 +876,9 @@ std::string render_viz(const Graph& g, const Order& order, const std::vector<uin
   for (const uint64_t b : c.live_bytes) c.tp = std::max(c.tp, b);
   c.arena = arena_bytes(g, offsets, alignment);
   c.kinds = viz_kinds(g);
+  for (size_t i = 0; i < options.recomputed.size() && i < c.kinds.size(); ++i) {
+    if (options.recomputed[i]) c.kinds[i] = VizKind::kRecomputed;
+  }
   const std::vector<int32_t> step = steps_of(g, order);
   for (const OpIdx v : key_points(g)) c.key_steps.push_back(step[v]);
   std::sort(c.key_steps.begin(), c.key_steps.end());
