@@ -32,6 +32,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from roam.headline import KEY, headline
+
 MiB = float(1 << 20)
 
 def _mib(v: Optional[int]) -> str:
@@ -189,6 +191,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"(order {plan['method']['order']}, layout {plan['method']['layout']}), "
           f"Tp(program order) {step.tp_program / MiB:.3f} MiB, planned saving "
           f"{step.planned_saving_bytes / MiB:.3f} MiB")
+    res = st["resident_bytes"]
+    print("planned: " + headline(res + st["arena_bytes"], res + step.tp_program,
+                                 lower_bound_bytes=res + st["lower_bound_bytes"]))
     print(f"{'step':>4} {'loss eager':>11} {'loss roam':>11} {'eager MiB':>10} {'graph MiB':>10} "
           f"{'roam MiB':>9} {'arena':>8} {'fallback':>9} {'vs eager':>9} {'vs graph':>9}  mode")
     rows = []
@@ -221,7 +226,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         d["eager_loop_loss"] = float(le) if le is not None else None
         rows.append(d)
     if step.last_report is not None:
-        print(step.last_report.describe())  # what the last step saved, in plain words
+        r = step.last_report
+        if r.eager_peak_bytes:  # measured: this run against the same graph run eagerly on a CPU
+            print("measured: " + headline(res + r.total_peak_bytes, res + r.eager_peak_bytes))
+        print(r.describe())  # what the last step saved, in plain words
+        print("  " + KEY)
     summary: Dict[str, Any] = {"model": args.model, "batch_size": args.batch_size,
                                "plan_method": plan["method"], "plan_stats": st,
                                "tp_program_order_bytes": step.tp_program, "steps": rows}

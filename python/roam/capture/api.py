@@ -174,6 +174,10 @@ def _capture_checks(graph: Dict[str, Any], state: TrainingState, writes: Dict[st
 # graph carries the measured workspaces (both counted at 64 bytes per allocation): 0.5 %.
 PEAK_TOLERANCE = 0.005
 PEAK_SLACK_BYTES_MEASURED = 4096
+# Below Tp, the graph holds more than the run did: conservative, not a missing storage. A
+# workspace counts the op's scratch beside all its outputs, which overstates ops whose scratch
+# peaks before their outputs exist (vit_b_16 b1: Tp 0.66 % above the measured peak).
+PEAK_TOLERANCE_BELOW = 0.02
 # Without measured workspaces (the extension roam._native is not built; the profiler
 # measures): kernels' scratch is not in the graph (+0 to 15 % on torchvision CNNs).
 PEAK_LOW = 0.99
@@ -187,7 +191,7 @@ def check_eager_peak(graph: Dict[str, Any], measured: int, with_workspaces: bool
 
     ``with_workspaces`` (the graph carries the workspaces measured in the same run,
     :func:`roam.capture.workspace.measure_workspaces`, allocations counted at 64 bytes):
-    ``Tp - PEAK_TOLERANCE * Tp - 4 KiB <= measured <= Tp + 4 KiB`` with Tp at alignment 64
+    ``Tp - PEAK_TOLERANCE_BELOW * Tp - 4 KiB <= measured <= Tp + 4 KiB`` with Tp at alignment 64
     (a workspace counts the op's scratch beside all its outputs, so Tp may exceed the
     measured peak a little where scratch peaks before the outputs exist). Otherwise
     (profiler measurement, no workspaces): ``[PEAK_LOW * Tp, PEAK_HIGH * Tp + 1 MiB]``.
@@ -196,14 +200,15 @@ def check_eager_peak(graph: Dict[str, Any], measured: int, with_workspaces: bool
     if with_workspaces:
         tp = program_order_peak(graph, alignment=64)
         ok = (measured <= tp + PEAK_SLACK_BYTES_MEASURED
-              and tp - measured <= PEAK_TOLERANCE * tp + PEAK_SLACK_BYTES_MEASURED)
+              and tp - measured <= PEAK_TOLERANCE_BELOW * tp + PEAK_SLACK_BYTES_MEASURED)
     else:
         tp = program_order_peak(graph)
         ok = PEAK_LOW * tp <= measured <= PEAK_HIGH * tp + PEAK_SLACK_BYTES
     if not ok:
         raise GraphCheckError(f"measured eager peak {measured} B (above resident) does not match "
                               f"Tp(program order) {tp} B of the graph"
-                              + (" (workspaces included, within 0.5 %)" if with_workspaces
+                              + (" (workspaces included: at most 4 KiB above it, 2 % below)"
+                                 if with_workspaces
                                  else ""))
 
 
