@@ -7,6 +7,8 @@
 #include <zlib.h>
 
 #include "roam/options.h"
+#include "../src/order/roam_segment.h"
+#include "roam/roam_order.h"
 #include "testing.h"
 
 namespace {
@@ -394,6 +396,180 @@ TEST(BadInput, PlanAlignmentAndOffsetsCannotOverflow) {
   EXPECT_THROW(roam::validate_plan(g, bad, "p.json"), roam::InputError);
 }
 
+// ---- issue 12: ids, duplicate keys, gzip trailing data, aligned sums -------------------------
+
+TEST(BadInput, IdsAreNonEmptyStrings) {
+  auto tensor = base();
+  tensor.doc["tensors"][1]["id"] = "";
+  expect_input_error(tensor.doc, {"tensors[1].id", "", {"non-empty"}});
+  auto op = base();
+  op.doc["ops"][1]["id"] = "";
+  expect_input_error(op.doc, {"ops[1].id", "", {"non-empty"}});
+  // `"alias_of": ""` is not "no alias" (it was read so, and the executor reads it as an alias:
+  // the tensor was placed on bytes still in use and the plan validated).
+  auto alias = base();
+  alias.tensor("v", 100);
+  alias.doc["tensors"][3]["alias_of"] = "";
+  alias.doc["ops"][1]["inputs"].push_back("v");
+  expect_input_error(alias.doc, {"tensors[3].alias_of", "v", {"non-empty"}});
+  // null still means "no alias" (an optional field written as null).
+  auto null_alias = base();
+  null_alias.doc["tensors"][1]["alias_of"] = nullptr;
+  EXPECT_NO_THROW(roam::parse_graph(null_alias.doc, kFile));
+}
+
+// Reads `text` as the file `name` in `dir`; returns the InputError (or fails the test).
+roam::InputError read_error(const roamtest::TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.file(name);
+  roamtest::write_text(path, text);
+  try {
+    roam::read_json_file(path);
+  } catch (const roam::InputError& e) {
+    EXPECT_EQ(e.file(), path);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    return e;
+  }
+  ADD_FAILURE() << name << " accepted: " << text;
+  return roam::InputError(path, "", "", "");
+}
+
+TEST(BadInput, DuplicateJsonKeysAreRefused) {
+  roamtest::TempDir dir;
+  // In a tensor: the field names the object and the key, the id is the tensor's.
+  std::string text = base().doc.dump();
+  const std::string size_a = R"("id":"a","size":100)";
+  ASSERT_NE(text.find(size_a), std::string::npos) << text;
+  text.replace(text.find(size_a), size_a.size(), R"("id":"a","size":100,"size":1)");
+  roam::InputError e = read_error(dir, "dup_size.json", text);
+  EXPECT_EQ(e.field(), "tensors[1].size");
+  EXPECT_EQ(e.id(), "a");
+  EXPECT_NE(std::string(e.what()).find("duplicate key 'size'"), std::string::npos) << e.what();
+  // Before the id: the id is still found (from the parsed object).
+  e = read_error(dir, "dup_first.json",
+                 R"({"format":"roam-graph","version":1,"tensors":[],"ops":[{"inputs":[],"inputs":[],"id":"n7"}]})");
+  EXPECT_EQ(e.field(), "ops[0].inputs");
+  EXPECT_EQ(e.id(), "n7");
+  // At the top level, and nested in meta.
+  e = read_error(dir, "dup_top.json", R"({"format":"roam-graph","version":1,"version":2})");
+  EXPECT_EQ(e.field(), "version");
+  EXPECT_EQ(e.id(), "");
+  e = read_error(dir, "dup_meta.json", R"({"meta":{"a":[{"k":1},{"k":2,"k":3}]},"format":"x"})");
+  EXPECT_EQ(e.field(), "meta.a[1].k");
+  // Colons and braces inside strings, escaped quotes, and the same key in sibling objects are
+  // fine.
+  const std::string ok = dir.file("ok.json");
+  roamtest::write_text(ok, R"({"name":"a:b{[\":","meta":{"x:y":{"k":1},"z":{"k":2},"q\"":":"},"list":[{"k":1},{"k":1}]})");
+  const json doc = roam::read_json_file(ok);
+  EXPECT_EQ(doc["name"], "a:b{[\":");
+  EXPECT_EQ(doc["meta"]["q\""], ":");
+}
+
+std::string gzip_bytes(const std::string& text) {
+  uLongf len = compressBound(static_cast<uLong>(text.size())) + 64;
+  std::string out(len, '\0');
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  zs.avail_in = static_cast<uInt>(text.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+TEST(BadInput, GzipStreamFollowedByAnythingIsRefused) {
+  roamtest::TempDir dir;
+  const std::string text = base().doc.dump();
+  const std::string gz = gzip_bytes(text);
+  const std::string good = dir.file("good.json.gz");
+  roamtest::write_text(good, gz);
+  EXPECT_EQ(roam::load_graph(good).num_ops(), 2);
+  // Trailing garbage (zlib's gzread ignores it silently), a second gzip stream, one zero byte.
+  for (const auto& [name, bytes] : std::vector<std::pair<std::string, std::string>>{
+           {"garbage.json.gz", gz + "garbage"},
+           {"two_streams.json.gz", gz + gzip_bytes(text)},
+           {"zero.json.gz", gz + std::string(1, '\0')}}) {
+    const roam::InputError e = read_error(dir, name, bytes);
+    EXPECT_EQ(e.field(), "(file)") << name;
+    EXPECT_NE(std::string(e.what()).find("after the end of the gzip stream"), std::string::npos)
+        << e.what();
+  }
+  // Still: a plain file named .gz is read as JSON, a gzip stream named .json as gzip.
+  const std::string plain = dir.file("plain.json.gz");
+  roamtest::write_text(plain, text);
+  EXPECT_EQ(roam::load_graph(plain).num_ops(), 2);
+  const std::string named_json = dir.file("gz.json");
+  roamtest::write_text(named_json, gz);
+  EXPECT_EQ(roam::load_graph(named_json).num_ops(), 2);
+  // Corrupt data inside the stream.
+  std::string corrupt = gz;
+  corrupt[corrupt.size() / 2] = static_cast<char>(corrupt[corrupt.size() / 2] ^ 0x55);
+  const roam::InputError c = read_error(dir, "corrupt.json.gz", corrupt);
+  EXPECT_NE(std::string(c.what()).find("cannot decompress"), std::string::npos) << c.what();
+}
+
+TEST(BadInput, SizesWhoseAlignedSumOverflowsAreRefused) {
+  constexpr uint64_t k62 = uint64_t{1} << 62, k30 = uint64_t{1} << 30;
+  // Every root (resident ones too) and workspace counts rounded up to 2^30, the largest
+  // alignment of any plan: x (8 bytes) counts 2^30.
+  auto at_cap = base();
+  at_cap.doc["tensors"][1]["size"] = k62 / 2 - k30;
+  at_cap.doc["tensors"][2]["size"] = k62 / 2 - k30 + 1;  // rounds up to 2^61
+  EXPECT_NO_THROW(roam::parse_graph(at_cap.doc, kFile));
+  auto over = base();
+  over.doc["tensors"][1]["size"] = k62 / 2;
+  over.doc["tensors"][2]["size"] = k62 / 2 - k30 + 1;  // unaligned sum 2^62 - 2^30 + 9
+  expect_input_error(over.doc, {"tensors.size", "b", {"overflow", "2^62", "2^30"}});
+  auto one = base();
+  one.doc["tensors"][2]["size"] = k62 - 1;
+  expect_input_error(one.doc, {"tensors.size", "b", {"overflow"}});
+  auto ws = base();
+  ws.doc["tensors"][2]["size"] = k62 / 2;
+  ws.doc["ops"][0]["workspace"] = k62 / 2 - k30;
+  expect_input_error(ws.doc, {"ops[0].workspace", "n0", {"overflow"}});
+}
+
+// The graph of issue 12 on which `roam plan` aborted (exit 134 in priority_topological): update
+// ops n1 and n4 form one update group, but n1 -> n3 (forward, a key point) -> n4, so no gap can
+// hold the group; the group is dissolved and the order is found by the segment search.
+constexpr const char* kUpdateCycleGraph =
+    R"({"format":"roam-graph","version":1,"name":"fz","tensors":[{"id":"t0","size":64},{"id":"t4","size":64},)"
+    R"({"id":"t5","size":64,"alias_of":"t4"},{"id":"t9","size":1,"alias_of":"t0"},{"id":"t10","size":64},)"
+    R"({"id":"t11","size":64,"alias_of":"t9"},{"id":"t19","size":4096}],"ops":[{"id":"n0","phase":"other",)"
+    R"("inputs":[],"outputs":["t0"]},{"id":"n1","phase":"update","inputs":["t0"],"outputs":["t4"]},)"
+    R"({"id":"n3","phase":"forward","inputs":["t5"],"outputs":["t9","t10"]},{"id":"n4","phase":"update",)"
+    R"("inputs":["t4"],"outputs":["t11"]},{"id":"n8","phase":"backward","inputs":[],"outputs":["t19"]}],)"
+    R"("outputs":["t10"]})";
+
+TEST(BadInput, UpdateGroupAcrossAKeyPointIsPlanned) {
+  const roam::Graph g = roam::parse_graph(json::parse(kUpdateCycleGraph), "fz.json");
+  // By hand: t0 (64) lives n0..n4 (t11 aliases t9 aliases t0), t4 (64) n1..n4, t10 (64) n3..end,
+  // t19 (4096) only at n8's step. The only freedom is where n8 runs: alone with nothing live
+  // (first) its step holds 4096; Tp = max(4096, 64 + 64 + 64 at n3/n4) = 4096 at best.
+  for (const char* variant : {"", "roam-scheduled", "roam-earliest", "roam-latest"}) {
+    roam::PlanRequest req;
+    req.order = "roam";
+    if (*variant) req.options.extra["return_variant"] = variant;
+    const roam::PlanResult r = roam::make_plan(g, req);
+    const json doc = roam::plan_to_json(g, r.plan);
+    EXPECT_TRUE(roam::validate_plan(g, doc, "p.json").valid) << variant;
+    EXPECT_EQ(doc["stats"]["theoretical_peak_bytes"], 4096) << variant;
+    EXPECT_FALSE(doc["method"]["options"]["order_stats"].contains("warning")) << variant;
+  }
+  // The weight-update structure: no update group is left (it was dissolved into the core).
+  const roam::RoamStructure rs = roam::roam_structure(g, roam::PlanOptions{});
+  EXPECT_TRUE(rs.groups.empty());
+  // Were artificial edges ever to close a cycle again, the order search throws an internal
+  // error (order_roam warns and returns the best baseline) instead of aborting.
+  EXPECT_THROW(roam::detail::priority_topological({{1}, {0}}, {{1}, {0}}, {0, 1}),
+               roam::detail::InternalError);
+  EXPECT_EQ(roam::detail::priority_topological({{}, {0}}, {{1}, {}}, {0, 1}),
+            (std::vector<int32_t>{0, 1}));
+}
+
 // ------------------------------------------------------------------------------------------
 // CLI
 // ------------------------------------------------------------------------------------------
@@ -598,6 +774,58 @@ TEST(Cli, GzipInputAndOutput) {
                               plan + "'")
                 .exit_code,
             0);
+}
+
+TEST(Cli, Issue12CasesExitCleanly) {
+  roamtest::TempDir dir;
+  const std::string graph = dir.file("fz.json"), plan = dir.file("fz.plan.json");
+  roamtest::write_text(graph, kUpdateCycleGraph);
+  RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0);
+  EXPECT_EQ(run_roam(dir, "compare '" + graph + "'").exit_code, 0);
+  std::filesystem::remove(plan);
+  // `"alias_of": ""` with a tensor whose id is "": both refused, exit 2, one line, no plan.
+  roamtest::write_text(graph,
+                       R"({"format":"roam-graph","version":1,"tensors":[{"id":"","size":64},)"
+                       R"({"id":"a","size":64,"alias_of":""}],"ops":[{"id":"n0","outputs":[""]}]})");
+  r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("tensors[0].id"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(plan));
+  // Sizes at the cap plan and validate (exit 0, never 3) at every alignment; just over: exit 2.
+  auto at_cap = base();
+  at_cap.doc["tensors"][1]["size"] = (uint64_t{1} << 61) - (uint64_t{1} << 30);
+  at_cap.doc["tensors"][2]["size"] = (uint64_t{1} << 61) - (uint64_t{1} << 30) + 1;
+  roamtest::write_text(graph, at_cap.doc.dump());
+  for (const char* a : {"1", "64", "1048576"}) {
+    r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "' --alignment " + a);
+    EXPECT_EQ(r.exit_code, 0) << a << r.err;
+    EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0) << a;
+    EXPECT_EQ(run_roam(dir, "compare '" + graph + "' --alignment " + a).exit_code, 0) << a;
+  }
+  std::filesystem::remove(plan);
+  at_cap.doc["tensors"][2]["size"] = (uint64_t{1} << 61) + 1;  // 2^30 more once rounded
+  roamtest::write_text(graph, at_cap.doc.dump());
+  r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("tensors.size"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'b'"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(plan));
+  // A plan with a duplicate key is unreadable: validate exits 2.
+  const std::string good = roamtest::fixture_path("diamond.json");
+  ASSERT_EQ(run_roam(dir, "plan '" + good + "' -o '" + plan + "' --order program --layout llfb").exit_code, 0);
+  std::string text = roamtest::read_text(plan);
+  const auto pos = text.find("\"offsets\":");
+  ASSERT_NE(pos, std::string::npos) << text;
+  text.insert(pos, "\"alignment\": 64,");
+  roamtest::write_text(plan, text);
+  r = run_roam(dir, "validate '" + good + "' '" + plan + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("duplicate key 'alignment'"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -133,6 +133,7 @@ struct RoamOrderStats {
   int64_t swaps = 0;         // local-search swaps, all variants
   bool time_limit_hit = false;
   double seconds = 0;
+  std::string warning;  // an internal error (a bug) that cost the roam candidates; "" normally
   nlohmann::json to_json() const;
 };
 

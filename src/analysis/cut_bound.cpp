@@ -258,7 +258,7 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
   size_t edges = 0;
   for (const auto& p : g.preds) edges += p.size();
   const auto budget = static_cast<int64_t>(
-      std::clamp<double>(kCutWork / static_cast<double>(n + edges + 1), kMinCuts, n));
+      std::min<double>(std::max<double>(kCutWork / static_cast<double>(n + edges + 1), kMinCuts), n));
   std::vector<OpIdx> order;
   for (OpIdx v = 0; v < n; ++v) {
     if (ub0[v] > best && ub0[v] > must[v]) order.push_back(v);

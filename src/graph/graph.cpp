@@ -77,7 +77,8 @@ uint64_t parse_size(const Ctx& c, const json& v, const std::string& field, const
   if (v.is_number_float()) {
     double d = v.get<double>();
     if (d < 0) c.fail(field, id, "size must be non-negative, got " + v.dump());
-    if (d != static_cast<double>(static_cast<uint64_t>(d)) || d >= 18446744073709551616.0) {
+    // Range first: converting a double at or above 2^64 to uint64 is undefined.
+    if (d >= 18446744073709551616.0 || d != static_cast<double>(static_cast<uint64_t>(d))) {
       c.fail(field, id, "size must be an integer number of bytes that fits in 64 bits, got " +
                             v.dump());
     }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <queue>
+#include <string>
 #include <tuple>
 
 namespace roam::detail {
@@ -549,7 +550,10 @@ uint64_t segment_peak(const SegmentProblem& p, const std::vector<int32_t>& order
   for (int32_t v : order) {
     const auto& ready = sim.ready();
     const auto it = std::lower_bound(ready.begin(), ready.end(), v);
-    if (it == ready.end() || *it != v) std::abort();  // not topological: a bug
+    if (it == ready.end() || *it != v) {
+      throw InternalError("segment order runs local op " + std::to_string(v) +
+                          " before its dependencies");
+    }
     peak = std::max(peak, sim.step_peak(v));
     sim.run(static_cast<size_t>(it - ready.begin()));
   }
@@ -598,7 +602,10 @@ std::vector<int32_t> priority_topological(const std::vector<std::vector<int32_t>
       if (--waiting[w] == 0) ready.push({rank[w], w});
     }
   }
-  if (static_cast<int32_t>(order.size()) != k) std::abort();  // cycle: a bug
+  if (static_cast<int32_t>(order.size()) != k) {
+    throw InternalError("dependency cycle among " + std::to_string(k - static_cast<int32_t>(order.size())) +
+                        " of " + std::to_string(k) + " ops (artificial edges contradict the graph)");
+  }
   return order;
 }
 

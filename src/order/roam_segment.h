@@ -5,9 +5,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace roam::detail {
+
+/// An internal invariant of the roam order failed (a bug, never bad input): order_roam catches
+/// it, warns, and returns the best baseline order instead.
+struct InternalError : std::logic_error {
+  using std::logic_error::logic_error;
+};
 
 /// A storage as seen from one segment. Local op indices.
 struct SegStorage {
@@ -63,7 +70,8 @@ struct SegmentResult {
 SegmentResult solve_segment(const SegmentProblem& p, const std::vector<std::vector<int32_t>>& hints,
                             const SegmentSettings& settings, uint64_t target);
 
-/// Kahn's algorithm with priority: among ready ops, the smallest rank first.
+/// Kahn's algorithm with priority: among ready ops, the smallest rank first. Throws
+/// InternalError when the graph has a cycle.
 std::vector<int32_t> priority_topological(const std::vector<std::vector<int32_t>>& preds,
                                           const std::vector<std::vector<int32_t>>& succs,
                                           const std::vector<int64_t>& rank);

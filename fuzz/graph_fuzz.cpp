@@ -1,0 +1,125 @@
+// Fuzz target: the graph reader, then planning and validation.
+//
+// Input: a roam-graph document (JSON text). Bad input must be refused with roam::InputError and
+// nothing else. A graph that reads is planned with the default request (roam order and layout,
+// small time limit) and with every baseline order x every layout; every plan must pass the
+// independent validator and, on graphs of at most 64 ops, the recount in oracle.h (order,
+// alignment, pairwise overlaps, Tp, arena); on graphs of at most 8 ops, the plan's lower bound
+// must not exceed the minimum Tp over every valid order (enumerated) and no plan's Tp may be
+// below it. Any other exception, a sanitizer report or a disagreement is a finding (abort).
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "../src/graph/json_io.h"
+#include "oracle.h"
+#include "roam/analysis.h"
+#include "roam/graph.h"
+#include "roam/layout.h"
+#include "roam/order.h"
+#include "roam/plan.h"
+#include "roam/validate.h"
+
+namespace {
+
+constexpr const char* kFile = "fuzz-graph.json";
+constexpr int32_t kMaxOps = 64;        // larger graphs are read but not planned (speed)
+constexpr int32_t kRecountOps = 64;
+
+void check_plan(const roam::Graph& g, const roam::PlanResult& r, const std::string& what,
+                uint64_t alignment, const roamfuzz::Model* model, uint64_t min_tp) {
+  const nlohmann::json doc = roam::plan_to_json(g, r.plan);
+  const roam::ValidationReport rep = roam::validate_plan(g, doc, "(fuzz plan)");
+  if (!rep.valid) {
+    roamfuzz::finding(what + ": plan fails validation: " +
+                      (rep.problems.empty() ? std::string("?") : rep.problems.front()));
+  }
+  if (model == nullptr) return;
+  std::vector<int32_t> order;
+  std::vector<uint64_t> offsets;
+  const std::string bad = roamfuzz::read_plan(g, *model, doc, order, offsets);
+  if (!bad.empty()) roamfuzz::finding(what + ": plan document: " + bad);
+  const roamfuzz::Recount rc = roamfuzz::recount(g, *model, order, offsets, alignment);
+  if (!rc.problem.empty()) roamfuzz::finding(what + ": validated plan fails the recount: " + rc.problem);
+  const uint64_t tp = roamfuzz::stat(doc, "theoretical_peak_bytes");
+  const uint64_t arena = roamfuzz::stat(doc, "arena_bytes");
+  const uint64_t resident = roamfuzz::stat(doc, "resident_bytes");
+  const uint64_t lb = roamfuzz::stat(doc, "lower_bound_bytes");
+  if (tp != rc.tp || arena != rc.arena || resident != rc.resident) {
+    roamfuzz::finding(what + ": stats differ from the recount: Tp " + std::to_string(tp) + " vs " +
+                      std::to_string(rc.tp) + ", arena " + std::to_string(arena) + " vs " +
+                      std::to_string(rc.arena) + ", resident " + std::to_string(resident) +
+                      " vs " + std::to_string(rc.resident));
+  }
+  if (lb > tp) roamfuzz::finding(what + ": lower bound above the plan's Tp");
+  if (min_tp != UINT64_MAX) {
+    if (lb > min_tp) {
+      roamfuzz::finding(what + ": lower bound " + std::to_string(lb) +
+                        " above the minimum Tp over all orders " + std::to_string(min_tp));
+    }
+    if (tp < min_tp) roamfuzz::finding(what + ": Tp below the enumerated minimum");
+  }
+}
+
+void run(const std::string& text, uint64_t alignment) {
+  roam::Graph g;
+  try {
+    g = roam::parse_graph(roam::parse_json_text(text, kFile), kFile);
+  } catch (const roam::InputError& e) {
+    const std::string what = e.what();
+    if (what.find('\n') != std::string::npos) roamfuzz::finding("multi-line message: " + what);
+    return;
+  }
+  if (g.num_ops() > kMaxOps || g.num_storages() > 2 * kMaxOps) return;
+  // Round trip: what the writer makes of the graph reads back the same.
+  {
+    const roam::Graph h = roam::parse_graph(roam::graph_to_json(g), "(round trip)");
+    if (h.num_ops() != g.num_ops() || h.num_storages() != g.num_storages() ||
+        h.resident_bytes != g.resident_bytes) {
+      roamfuzz::finding("graph_to_json round trip differs");
+    }
+  }
+  roamfuzz::Model model;
+  const roamfuzz::Model* m = nullptr;
+  uint64_t min_tp = UINT64_MAX;
+  if (g.num_ops() <= kRecountOps) {
+    model = roamfuzz::make_model(g, alignment);
+    m = &model;
+    const std::string bad = roamfuzz::check_order(g, model, g.program_order());
+    if (!bad.empty()) roamfuzz::finding("reader accepted a program order that is not valid: " + bad);
+    if (g.num_ops() <= roamfuzz::kExhaustiveOps) min_tp = roamfuzz::min_tp(g, model);
+  }
+
+  roam::PlanRequest req;
+  req.options.alignment = alignment;
+  req.options.time_limit_seconds = 0.5;
+  check_plan(g, roam::make_plan(g, req), "default plan", alignment, m, min_tp);
+
+  const uint64_t lb = roam::lower_bound(g, alignment);
+  for (const std::string& order : roam::order_methods()) {
+    if (order == "roam") continue;
+    for (const std::string& layout : roam::layout_methods()) {
+      roam::PlanRequest b;
+      b.order = order;
+      b.layout = layout;
+      b.options.alignment = alignment;
+      b.options.time_limit_seconds = 0.2;
+      check_plan(g, roam::make_plan(g, b, lb), order + "/" + layout, alignment, m, min_tp);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size > (1u << 16)) return 0;
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  static constexpr uint64_t kAlignments[] = {64, 1, 256};
+  try {
+    run(text, kAlignments[size % 3]);
+  } catch (const std::exception& e) {
+    roamfuzz::finding(std::string("unexpected exception: ") + e.what());
+  }
+  return 0;
+}
