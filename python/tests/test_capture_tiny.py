@@ -201,8 +201,8 @@ def test_eager_peak_check(tiny_capture):
 
     from roam.capture import GraphCheckError, check_eager_peak
     tp = program_order_peak(tiny_capture.graph)
-    assert tiny_capture.eager_peak >= tp
-    check_eager_peak(tiny_capture.graph, tiny_capture.eager_peak)
+    # the graph carries the measured workspaces: the peak is within the capture's tolerance
+    check_eager_peak(tiny_capture.graph, tiny_capture.eager_peak, with_workspaces=True)
     with pytest.raises(GraphCheckError, match="does not match"):
         check_eager_peak(tiny_capture.graph, tp // 2)
     with pytest.raises(GraphCheckError, match="does not match"):
