@@ -234,7 +234,8 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
                  "be the best roam finds with more time (--time-limit)\n";
   }
   std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
-            << "lower bound    " << mib(st.lower_bound_bytes) << " MiB (Tp / bound = "
+            << "Tp bound       " << mib(st.lower_bound_bytes) << " MiB (no order's Tp is lower; "
+               "resident + this = the headline's lower bound; Tp / bound = "
             << (st.lower_bound_bytes ? fixed(static_cast<double>(st.theoretical_peak_bytes) /
                                                  static_cast<double>(st.lower_bound_bytes), 4)
                                      : std::string("n/a"))
@@ -415,7 +416,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
               << best->r.plan.layout_method << "\n";
   }
   std::cout << "graph " << g.name << ": " << g.ops.size() << " ops, " << g.storages.size()
-            << " storages, resident " << mib(g.resident_bytes) << " MiB, lower bound " << mib(lb)
+            << " storages, resident " << mib(g.resident_bytes) << " MiB, Tp bound " << mib(lb)
             << " MiB, alignment " << alignment << " B\n";
   // Distinct results (rows with the same Tp, arena and held bytes collapse into the first, by
   // held bytes), unless --all.
@@ -506,8 +507,9 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   }
   std::cout << "peak = resident + arena (as in the plan file); held = resident + bytes the method "
                "reserves (= peak, except that the pytorch caching simulation holds whole "
-               "segments); vs_pytorch = reduction of held against program + pytorch; lower bound "
-            << fixed(lb_seconds, 3) << " s\n";
+               "segments); vs_pytorch = reduction of held against program + pytorch (positive: "
+               "less); Tp bound = no order's Tp is lower (computed in "
+            << fixed(lb_seconds, 3) << " s)\n";
   if (!creq.json_path.empty()) {
     nlohmann::json doc = {{"graph", g.name}, {"ops", g.ops.size()}, {"storages", g.storages.size()},
                           {"resident_bytes", g.resident_bytes}, {"lower_bound_bytes", lb},
@@ -659,7 +661,7 @@ int main(int argc, char** argv) {
       "resident / Tp / arena / peak / lower bound (MiB), fragmentation (%) and seconds, and "
       "write the plan (roam-plan v1, v2 with recomputation) with -o.\n"
       "Exit 0 planned, 2 bad input (message names file, field, id; nothing written), 3 internal "
-      "error.");
+      "error or a --budget roam cannot meet (the message names the smallest budget it meets).");
   plan->add_option("GRAPH", graph_path, "graph file")->required();
   plan->add_option("-o,--output", out_path, "plan file to write (.json or .json.gz); written "
                                             "atomically, never when the plan is invalid");
