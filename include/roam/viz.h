@@ -87,6 +87,9 @@ struct VizOptions {
   /// Resident bytes shown in the heading (default: g.resident_bytes; an instance graph of a
   /// version-2 plan has none of its own).
   std::optional<uint64_t> resident_bytes;
+  /// The name of the "program" curve in view 2 (empty: "program"); a version-2 plan's instance
+  /// graph has the plan's own schedule as its program order.
+  std::string program_label;
   /// Per storage (empty: none): an instance that a recomputation created (plan version 2),
   /// drawn as its own kind.
   std::vector<bool> recomputed;

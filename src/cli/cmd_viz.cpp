@@ -86,6 +86,7 @@ int run_viz(const VizArgs& a) {
   if (doc.at("version") == 2) {  // draw the instance graph: recomputed instances are "id#k"
     const Graph& x = rep.instances->graph;
     vo.orders = {"program"};  // the plan's own schedule; other orders do not recompute
+    vo.program_label = "this plan's schedule (with recomputation)";
     vo.order_label = "recomputing schedule";
     vo.resident_bytes = g.resident_bytes;
     if (const auto m = doc.find("method"); m != doc.end() && m->is_object()) {

@@ -618,7 +618,8 @@ std::string orders_panel(const Ctx& c) {
   uint64_t max_bytes = c.opt.lower_bound_bytes;
   for (const std::string& name : names) {
     const Order o = make_order(g, name, po);
-    Curve cv{name, live_bytes_per_step(g, compute_liveness(g, o), c.alignment), 0, curves.size(), 0, 1};
+    const std::string label = name == "program" && !c.opt.program_label.empty() ? c.opt.program_label : name;
+    Curve cv{label, live_bytes_per_step(g, compute_liveness(g, o), c.alignment), 0, curves.size(), 0, 1};
     for (const uint64_t b : cv.bytes) cv.peak = std::max(cv.peak, b);
     max_bytes = std::max(max_bytes, cv.peak);
     for (size_t j = 0; j < curves.size(); ++j) {
@@ -635,7 +636,8 @@ std::string orders_panel(const Ctx& c) {
   Frame f{kPlotX, kOrdersPlotY, kPlotW, kOrdersPlotH, c.n, y_axis(max_bytes)};
   std::string s;
   s += "<text class=\"h1\" x=\"" + num(kPlotX) + "\" y=\"24\">Live bytes per op index for " +
-       std::to_string(curves.size()) + " orders of " + esc(g.name) + "</text>\n";
+       std::to_string(curves.size()) + (curves.size() == 1 ? " order of " : " orders of ") +
+       esc(g.name) + "</text>\n";
   s += "<text class=\"small\" x=\"" + num(kPlotX) + "\" y=\"42\">each curve: the bytes of the "
        "storages live at each op index (sizes rounded to " + std::to_string(c.alignment) +
        " B); its maximum is the order's Tp; identical curves are drawn dashed in turns</text>\n";
