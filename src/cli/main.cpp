@@ -77,14 +77,46 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 // Every plan roam prints or writes goes through the independent validator first.
-nlohmann::json checked_plan_json(const roam::Graph& g, const roam::Plan& plan) {
+nlohmann::json checked_plan_json(const roam::Graph& g, const roam::Plan& plan,
+                                 roam::ValidationReport* report = nullptr) {
   nlohmann::json doc = roam::plan_to_json(g, plan);
-  const roam::ValidationReport rep = roam::validate_plan(g, doc, "(generated plan)");
+  roam::ValidationReport rep = roam::validate_plan(g, doc, "(generated plan)");
   if (!rep.valid) {
     throw InternalError("the " + plan.order_method + "/" + plan.layout_method +
                         " plan fails validation: " + rep.problems.front());
   }
+  if (report) *report = std::move(rep);
   return doc;
+}
+
+/// One line: what is live at the plan's peak step (the op there and its module, how many
+/// storages, the three largest with the module of the op that made them). Recounted from the
+/// validator's instance graph of the plan, so recomputed instances (id#k) count as themselves.
+std::string peak_line(const roam::ValidationReport& rep, uint64_t alignment) {
+  if (!rep.instances) return "";
+  const roam::Graph& x = rep.instances->graph;
+  if (x.num_ops() == 0) return "";
+  const roam::Liveness live = roam::compute_liveness(x, x.program_order());
+  const std::vector<uint64_t> bytes = roam::live_bytes_per_step(x, live, alignment);
+  const auto t = static_cast<int32_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+  std::vector<roam::StorageIdx> here;
+  for (roam::StorageIdx s = 0; s < x.num_storages(); ++s) {
+    if (live.first[s] <= t && t <= live.last[s]) here.push_back(s);
+  }
+  std::stable_sort(here.begin(), here.end(), [&](roam::StorageIdx a, roam::StorageIdx b) {
+    return x.storages[a].size > x.storages[b].size;
+  });
+  auto module_of = [&](roam::OpIdx v) {
+    return x.ops[v].module.empty() ? std::string("no module") : x.ops[v].module;
+  };
+  std::string line = "op index " + std::to_string(t) + " (" + x.ops[t].id + " " + x.ops[t].target +
+                     ", " + module_of(t) + "): " + std::to_string(here.size()) + " storages; largest ";
+  for (size_t i = 0; i < here.size() && i < 3; ++i) {
+    const roam::Storage& st = x.storages[here[i]];
+    line += (i ? ", " : "") + x.storage_name(here[i]) + " " + mib(st.size) + " MiB (" +
+            module_of(st.producer) + ")";
+  }
+  return line + "; roam viz draws it";
 }
 
 roam::Graph load(const std::string& path) {
@@ -203,7 +235,8 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   } else {
     r = roam::make_plan(g, req);
   }
-  const nlohmann::json doc = checked_plan_json(g, r.plan);
+  roam::ValidationReport rep;
+  const nlohmann::json doc = checked_plan_json(g, r.plan, &rep);
   if (!out_path.empty()) roam::write_json_file(out_path, doc, 1);
   const roam::PlanStats& st = r.plan.stats;
   // The headline first: the plan against what the user runs today (include/roam/headline.h).
@@ -216,6 +249,9 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
     if (st.compute_seconds > 0) h.recompute_overhead = st.recompute_seconds / st.compute_seconds;
   }
   std::cout << roam::headline_text(h) << "\n" << roam::headline_key() << "\n";
+  if (const std::string at_peak = peak_line(rep, req.options.alignment); !at_peak.empty()) {
+    std::cout << "at the peak    " << at_peak << "\n";
+  }
   std::cout << "graph          " << g.name << " (" << g.ops.size() << " ops, " << g.storages.size()
             << " storages)\n"
             << "method         order " << r.plan.order_method << ", layout " << r.plan.layout_method
@@ -411,6 +447,14 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
     std::cout << "under --budget: " << budget_infeasible << "\n";
   }
   std::cout << roam::headline_key() << "\n";
+  if (best) {  // what is live at the best plan's peak (validated again for its instance graph)
+    roam::ValidationReport rep;
+    checked_plan_json(g, best->r.plan, &rep);
+    if (const std::string at_peak = peak_line(rep, alignment); !at_peak.empty()) {
+      std::cout << "at the peak of " << best->r.plan.order_method << "+" << best->r.plan.layout_method
+                << ": " << at_peak << "\n";
+    }
+  }
   if (best) {
     std::cout << "best: order " << best->r.plan.order_method << ", layout "
               << best->r.plan.layout_method << "\n";
