@@ -418,6 +418,28 @@ TEST(BadInput, IdsAreNonEmptyStrings) {
   EXPECT_NO_THROW(roam::parse_graph(null_alias.doc, kFile));
 }
 
+// Found by the graph fuzz target: a value quoted from the file (here a role, an id) that holds
+// a newline or another control character made the message span several lines.
+TEST(BadInput, MessagesStayOneLineWhateverTheFileHolds) {
+  auto role = base();
+  role.doc["tensors"][0]["role"] = "in\nput\t\x01";
+  expect_input_error(role.doc, {"tensors[0].role", "x", {"'in\\nput\\t\\x01'"}});
+  auto id = base();
+  id.doc["ops"][1]["inputs"].push_back("two\nlines\r");
+  expect_input_error(id.doc, {"ops[1].inputs", "n1", {"'two\\nlines\\r'"}});
+  // The id itself keeps its bytes (InputError::id()); only the message escapes them.
+  auto dup = base();
+  dup.tensor("a\nb", 1).tensor("a\nb", 2);
+  try {
+    roam::parse_graph(dup.doc, kFile);
+    ADD_FAILURE() << "duplicate id accepted";
+  } catch (const roam::InputError& e) {
+    EXPECT_EQ(e.id(), "a\nb");
+    EXPECT_NE(std::string(e.what()).find("(id 'a\\nb')"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
+
 // Reads `text` as the file `name` in `dir`; returns the InputError (or fails the test).
 roam::InputError read_error(const roamtest::TempDir& dir, const std::string& name, const std::string& text) {
   const std::string path = dir.file(name);

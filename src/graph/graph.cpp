@@ -336,10 +336,39 @@ const char* to_string(Phase phase) {
   return "other";
 }
 
+namespace {
+
+// The message is one line whatever the file holds: control characters of ids, names and values
+// quoted from it are written as escapes (\n, \t, \r, \xNN).
+std::string one_line(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x20 && u != 0x7f) {
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 InputError::InputError(const std::string& file, const std::string& field, const std::string& id,
                        const std::string& message)
-    : std::runtime_error(file + ": field " + field + (id.empty() ? "" : " (id " + quote(id) + ")") +
-                         ": " + message),
+    : std::runtime_error(one_line(file + ": field " + field +
+                                  (id.empty() ? "" : " (id " + quote(id) + ")") + ": " + message)),
       file_(file), field_(field), id_(id) {}
 
 std::string Graph::storage_name(StorageIdx s) const {
