@@ -596,21 +596,8 @@ TEST(BadInput, UpdateGroupAcrossAKeyPointIsPlanned) {
 // CLI
 // ------------------------------------------------------------------------------------------
 
-struct RunResult {
-  int exit_code;
-  std::string out, err;
-};
-
-RunResult run_roam(const roamtest::TempDir& dir, const std::string& args) {
-  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string cmd = std::string("'") + ROAM_BIN + "' " + args + " >'" + out + "' 2>'" + err + "'";
-  const int status = std::system(cmd.c_str());
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, roamtest::read_text(out),
-              roamtest::read_text(err)};
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
+using RunResult = roamtest::CliResult;
+using roamtest::run_roam;
 
 std::vector<std::string> dir_listing(const roamtest::TempDir& dir) {
   std::vector<std::string> names;
@@ -631,7 +618,7 @@ TEST(Cli, BadGraphExits2WithOneLineAndNoOutput) {
   roamtest::write_text(graph, g.doc.dump());
   const std::string plan = dir.file("out.json");
   const RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.status, 2);
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find(graph), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("ops[1].inputs"), std::string::npos) << r.err;
@@ -643,20 +630,20 @@ TEST(Cli, BadGraphExits2WithOneLineAndNoOutput) {
   // Malformed JSON, a missing file, and a gzip file that is not gzip-valid JSON.
   roamtest::write_text(graph, "{not json");
   RunResult m = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
-  EXPECT_EQ(m.exit_code, 2);
+  EXPECT_EQ(m.status, 2);
   EXPECT_EQ(count_lines(m.err), 1u) << m.err;
   EXPECT_NE(m.err.find(graph), std::string::npos) << m.err;
   EXPECT_FALSE(std::filesystem::exists(plan));
   RunResult missing = run_roam(dir, "plan '" + dir.file("nope.json") + "' -o '" + plan + "'");
-  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("nope.json"), std::string::npos) << missing.err;
   EXPECT_FALSE(std::filesystem::exists(plan));
 
   // Bad options are bad input too, and write nothing.
   const std::string good = roamtest::fixture_path("diamond.json");
-  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --order nonsense -o '" + plan + "'").exit_code, 2);
-  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --layout nonsense -o '" + plan + "'").exit_code, 2);
-  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --alignment 3 -o '" + plan + "'").exit_code, 2);
+  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --order nonsense -o '" + plan + "'").status, 2);
+  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --layout nonsense -o '" + plan + "'").status, 2);
+  EXPECT_EQ(run_roam(dir, "plan '" + good + "' --alignment 3 -o '" + plan + "'").status, 2);
   EXPECT_FALSE(std::filesystem::exists(plan));
 }
 
@@ -680,23 +667,23 @@ TEST(Cli, PlannerKnobs) {
   const std::string graph = dir.file("g.json"), plan = dir.file("p.json");
   roamtest::write_text(graph, base().doc.dump());
   RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "' --order-option exact_node_limit=0");
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--order-option exact_node_limit"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(plan));
   r = run_roam(dir, "compare '" + graph + "' --node-limit 1");
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--node-limit"), std::string::npos) << r.err;
   for (const char* bad : {"--node-limit 0", "--node-limit 8 --layout-option node_limit=9",
                           "--order lescea --order-option alpha=2", "--layout llfb --node-limit 8",
                           "--order-option return_variant=bogus",
                           "--order-option delay_radius=1 --order-option delay_radius=2"}) {
     r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "' " + bad);
-    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(r.status, 2) << bad;
     EXPECT_FALSE(std::filesystem::exists(plan)) << bad;
   }
   r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
                         "' --order roam --order-option weight_update_scheduler=false --node-limit 16");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
   const json doc = json::parse(roamtest::read_text(plan));
   EXPECT_EQ(doc["method"]["options"]["extra"],
             json({{"weight_update_scheduler", false}, {"node_limit", 16}}));
@@ -709,7 +696,7 @@ TEST(Cli, PlanRoundTripsThroughValidate) {
   const std::string plan = dir.file("plan.json");
   const RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
                                         "' --order program --layout llfb --alignment 1");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_TRUE(std::filesystem::exists(plan));
   EXPECT_EQ(dir_listing(dir), (std::vector<std::string>{"plan.json"}));
   const json doc = roam::read_json_file(plan);
@@ -723,15 +710,15 @@ TEST(Cli, PlanRoundTripsThroughValidate) {
   EXPECT_EQ(doc["stats"]["arena_bytes"], 1510);
   EXPECT_EQ(doc["stats"]["peak_bytes"], 1518);
   const RunResult v = run_roam(dir, "validate '" + graph + "' '" + plan + "'");
-  EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+  EXPECT_EQ(v.status, 0) << v.out << v.err;
 
   // Default options too (auto order and layout, alignment 64).
   const RunResult d = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
-  ASSERT_EQ(d.exit_code, 0) << d.err;
-  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0);
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").status, 0);
   EXPECT_EQ(roam::read_json_file(plan)["alignment"], 64);
   // compare runs every baseline on the graph.
-  EXPECT_EQ(run_roam(dir, "compare '" + graph + "'").exit_code, 0);
+  EXPECT_EQ(run_roam(dir, "compare '" + graph + "'").status, 0);
 }
 
 TEST(Cli, ValidateCorruptedPlanExits1AndUnreadableExits2) {
@@ -739,29 +726,29 @@ TEST(Cli, ValidateCorruptedPlanExits1AndUnreadableExits2) {
   const std::string graph = roamtest::fixture_path("diamond.json");
   const std::string plan = dir.file("plan.json");
   ASSERT_EQ(run_roam(dir, "plan '" + graph + "' -o '" + plan + "' --order program --layout llfb")
-                .exit_code,
+                .status,
             0);
   json doc = roam::read_json_file(plan);
   // Overlap b and c, both live at step 2.
   doc["offsets"]["c"] = doc["offsets"]["b"];
   roamtest::write_text(plan, doc.dump());
   const RunResult bad = run_roam(dir, "validate '" + graph + "' '" + plan + "'");
-  EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
+  EXPECT_EQ(bad.status, 1) << bad.out << bad.err;
   EXPECT_NE(bad.out.find("overlap"), std::string::npos) << bad.out;
 
   roamtest::write_text(plan, "this is not json");
   const RunResult junk = run_roam(dir, "validate '" + graph + "' '" + plan + "'");
-  EXPECT_EQ(junk.exit_code, 2);
+  EXPECT_EQ(junk.status, 2);
   EXPECT_EQ(count_lines(junk.err), 1u) << junk.err;
   EXPECT_NE(junk.err.find(plan), std::string::npos) << junk.err;
 
   // JSON but not a plan.
   roamtest::write_text(plan, R"({"format": "roam-graph", "version": 1})");
-  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 2);
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").status, 2);
   // A bad graph given to validate is bad input as well.
   const std::string bad_graph = dir.file("bad.json");
   roamtest::write_text(bad_graph, "[]");
-  EXPECT_EQ(run_roam(dir, "validate '" + bad_graph + "' '" + plan + "'").exit_code, 2);
+  EXPECT_EQ(run_roam(dir, "validate '" + bad_graph + "' '" + plan + "'").status, 2);
 }
 
 TEST(Cli, GzipInputAndOutput) {
@@ -781,7 +768,7 @@ TEST(Cli, GzipInputAndOutput) {
   const std::string plan = dir.file("plan.json.gz");
   const RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan +
                                         "' --order program --layout llfb --alignment 1");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
   const std::string bytes = roamtest::read_text(plan);
   ASSERT_GE(bytes.size(), 2u);
   EXPECT_EQ(static_cast<unsigned char>(bytes[0]), 0x1f);  // gzip magic
@@ -790,11 +777,11 @@ TEST(Cli, GzipInputAndOutput) {
   EXPECT_EQ(doc["stats"]["theoretical_peak_bytes"], 900);
   EXPECT_EQ(doc["stats"]["arena_bytes"], 1000);
   EXPECT_TRUE(roam::validate_plan(g, doc, plan).valid);
-  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0);
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").status, 0);
   // Mixed: the plain fixture with the gzip plan.
   EXPECT_EQ(run_roam(dir, "validate '" + roamtest::fixture_path("alias_output.json") + "' '" +
                               plan + "'")
-                .exit_code,
+                .status,
             0);
 }
 
@@ -803,17 +790,17 @@ TEST(Cli, Issue12CasesExitCleanly) {
   const std::string graph = dir.file("fz.json"), plan = dir.file("fz.plan.json");
   roamtest::write_text(graph, kUpdateCycleGraph);
   RunResult r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0);
-  EXPECT_EQ(run_roam(dir, "compare '" + graph + "'").exit_code, 0);
+  EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").status, 0);
+  EXPECT_EQ(run_roam(dir, "compare '" + graph + "'").status, 0);
   std::filesystem::remove(plan);
   // `"alias_of": ""` with a tensor whose id is "": both refused, exit 2, one line, no plan.
   roamtest::write_text(graph,
                        R"({"format":"roam-graph","version":1,"tensors":[{"id":"","size":64},)"
                        R"({"id":"a","size":64,"alias_of":""}],"ops":[{"id":"n0","outputs":[""]}]})");
   r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.status, 2);
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("tensors[0].id"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(plan));
@@ -824,29 +811,29 @@ TEST(Cli, Issue12CasesExitCleanly) {
   roamtest::write_text(graph, at_cap.doc.dump());
   for (const char* a : {"1", "64", "1048576"}) {
     r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "' --alignment " + a);
-    EXPECT_EQ(r.exit_code, 0) << a << r.err;
-    EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").exit_code, 0) << a;
-    EXPECT_EQ(run_roam(dir, "compare '" + graph + "' --alignment " + a).exit_code, 0) << a;
+    EXPECT_EQ(r.status, 0) << a << r.err;
+    EXPECT_EQ(run_roam(dir, "validate '" + graph + "' '" + plan + "'").status, 0) << a;
+    EXPECT_EQ(run_roam(dir, "compare '" + graph + "' --alignment " + a).status, 0) << a;
   }
   std::filesystem::remove(plan);
   at_cap.doc["tensors"][2]["size"] = (uint64_t{1} << 61) + 1;  // 2^30 more once rounded
   roamtest::write_text(graph, at_cap.doc.dump());
   r = run_roam(dir, "plan '" + graph + "' -o '" + plan + "'");
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.status, 2);
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("tensors.size"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("'b'"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(plan));
   // A plan with a duplicate key is unreadable: validate exits 2.
   const std::string good = roamtest::fixture_path("diamond.json");
-  ASSERT_EQ(run_roam(dir, "plan '" + good + "' -o '" + plan + "' --order program --layout llfb").exit_code, 0);
+  ASSERT_EQ(run_roam(dir, "plan '" + good + "' -o '" + plan + "' --order program --layout llfb").status, 0);
   std::string text = roamtest::read_text(plan);
   const auto pos = text.find("\"offsets\":");
   ASSERT_NE(pos, std::string::npos) << text;
   text.insert(pos, "\"alignment\": 64,");
   roamtest::write_text(plan, text);
   r = run_roam(dir, "validate '" + good + "' '" + plan + "'");
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("duplicate key 'alignment'"), std::string::npos) << r.err;
 }
 

@@ -10,23 +10,11 @@
 
 namespace {
 
-struct CliResult {
-  int status = -1;
-  std::string out, err;
-};
+using roamtest::CliResult;
 
 class CliMessages : public ::testing::Test {
  protected:
-  CliResult roam(const std::string& args) const {
-    const std::string out = dir_.file("stdout.txt"), err = dir_.file("stderr.txt");
-    const std::string cmd = std::string(ROAM_BIN) + " " + args + " > " + out + " 2> " + err;
-    const int st = std::system(cmd.c_str());
-    CliResult r;
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = roamtest::read_text(out);
-    r.err = roamtest::read_text(err);
-    return r;
-  }
+  CliResult roam(const std::string& args) const { return roamtest::run_roam(dir_, args); }
   static size_t lines(const std::string& s) {
     return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
   }

@@ -20,21 +20,8 @@ namespace {
 
 using roamtest::json;
 
-struct CliResult {
-  int status = -1;
-  std::string out, err;
-};
-
-CliResult run_roam(const roamtest::TempDir& dir, const std::string& args) {
-  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string cmd = std::string(ROAM_BIN) + " " + args + " > " + out + " 2> " + err;
-  const int st = std::system(cmd.c_str());
-  CliResult r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = roamtest::read_text(out);
-  r.err = roamtest::read_text(err);
-  return r;
-}
+using roamtest::CliResult;
+using roamtest::run_roam;
 
 std::string bench_graph(const std::string& name) {
   return std::string(ROAM_FIXTURES) + "/../../bench/graphs/" + name;

@@ -4,6 +4,8 @@
 // liveness, Tp, asap/alap and the best order from scratch).
 #pragma once
 
+#include <sys/wait.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +83,25 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+/// The exit status and output of `roam ARGS` (stdout and stderr through files in `dir`, removed
+/// again so that a test can list what roam itself wrote there).
+struct CliResult {
+  int status = -1;
+  std::string out, err;
+};
+inline CliResult run_roam(const TempDir& dir, const std::string& args) {
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const std::string cmd = std::string("'") + ROAM_BIN + "' " + args + " >'" + out + "' 2>'" + err + "'";
+  const int st = std::system(cmd.c_str());
+  CliResult r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
 }
 
 // ------------------------------------------------------------------------------------------
