@@ -13,11 +13,18 @@ left out with its clause (a CPU run has no W), so a measured report can reuse th
 
     from roam.headline import headline
     print(headline(peak_bytes, cpu_bytes, cuda_bytes=None, lower_bound_bytes=None))
+
+What is live at a plan's peak, as the "at the peak" line of ``roam plan`` (src/cli/main.cpp,
+``peak_line``): :func:`live_at_peak` recounts it in Python from a roam-graph v1 and a roam-plan
+v1 (dicts) by the liveness rules of docs/GRAPH_FORMAT.md, and :func:`peak_line` formats it::
+
+    op index 804 (n315 aten.convolution_backward.default, features.18.0): 244 storages;
+    largest t812 4.59 MiB (features.2.conv.0.0), ...
 """
 
 from typing import Optional
 
-__all__ = ["headline", "percent_change", "KEY"]
+__all__ = ["headline", "percent_change", "KEY", "live_at_peak", "peak_line"]
 
 MiB = float(1 << 20)
 
@@ -60,3 +67,104 @@ def headline(peak_bytes: int, cpu_bytes: Optional[int], cuda_bytes: Optional[int
     if lower_bound_bytes is not None:
         s += f"; lower bound {lower_bound_bytes / MiB:.2f} MiB"
     return s
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
+    """What is live at the first step of the largest live bytes when ``graph`` (roam-graph v1
+    dict) runs in ``order`` (op ids; an op listed again is a recomputation, plan version 2):
+    ``{"index", "op", "target", "module", "live_bytes", "storages": [{"name", "bytes",
+    "module", "op"}, ...]}``, storages largest first (ties in order of creation, workspaces after
+    tensors). A recomputed instance is named ``id#k`` (k: the appearance of its op), an op's
+    workspace "workspace of op 'ID'" (live at that op's step only). Sizes are rounded up to
+    ``alignment`` for ``live_bytes`` (= Tp(order)) and listed as in the file. Recounted from the
+    liveness rules of docs/GRAPH_FORMAT.md (versions 1 and 2), independently of libroam."""
+    tensors = {t["id"]: t for t in graph["tensors"]}
+    ops = {op["id"]: op for op in graph["ops"]}
+    if set(order) != set(ops):
+        raise ValueError("the order does not list every op of the graph (or lists others)")
+
+    def module(o):
+        return o.get("module") or "no module"
+    RESIDENT = "resident"
+    binding = {}     # tensor id -> instance index, or RESIDENT
+    inst = []        # instances: dict(name, size, first, last, module, op)
+    runs = {}
+    appear = []      # (op dict, appearance id)
+    for k, oid in enumerate(order):
+        op = ops[oid]
+        app = runs.get(oid, 0)
+        runs[oid] = app + 1
+        aid = oid if app == 0 else f"{oid}#{app}"
+        appear.append((op, aid))
+
+        def bound(tid):
+            while tid not in binding:
+                t = tensors[tid]
+                if t.get("role"):
+                    return RESIDENT
+                if t.get("alias_of") is None:
+                    raise ValueError(f"op {aid} reads tensor {tid} before it is produced")
+                tid = t["alias_of"]
+            return binding[tid]
+
+        def use(b):
+            if b != RESIDENT:
+                inst[b]["last"] = max(inst[b]["last"], k)
+        for tid in op.get("inputs", []):
+            use(bound(tid))
+        for tid in op.get("outputs", []):
+            t = tensors[tid]
+            if t.get("alias_of") is not None:
+                binding[tid] = bound(t["alias_of"])
+                use(binding[tid])
+                continue
+            binding[tid] = len(inst)
+            inst.append({"name": tid if app == 0 else f"{tid}#{app}",
+                         "size": int(t.get("size", 0)), "first": k, "last": k,
+                         "module": module(op), "op": aid})
+    n = len(order)
+    for tid in graph.get("outputs", []):
+        b = bound(tid) if tid in tensors else RESIDENT
+        if b != RESIDENT:
+            inst[b]["last"] = n - 1
+    delta = [0] * (n + 1)
+    for s in inst:
+        if s["size"] > 0:
+            delta[s["first"]] += _align(s["size"], alignment)
+            delta[s["last"] + 1] -= _align(s["size"], alignment)
+    for k, (op, _aid) in enumerate(appear):
+        w = int(op.get("workspace", 0) or 0)
+        if w > 0:
+            delta[k] += _align(w, alignment)
+            delta[k + 1] -= _align(w, alignment)
+    best, run, at = -1, 0, 0
+    for k in range(n):
+        run += delta[k]
+        if run > best:
+            best, at = run, k
+    if not n:
+        return {"index": 0, "op": None, "target": None, "module": None, "live_bytes": 0,
+                "storages": []}
+    op, aid = appear[at]
+    here = [{"name": s["name"], "bytes": s["size"], "module": s["module"], "op": s["op"]}
+            for s in inst if s["size"] > 0 and s["first"] <= at <= s["last"]]
+    w = int(op.get("workspace", 0) or 0)
+    if w > 0:  # only the workspace of the op at the peak is live there
+        here.append({"name": f"workspace of op '{aid}'", "bytes": w, "module": module(op),
+                     "op": aid})
+    here.sort(key=lambda s: -s["bytes"])  # stable: ties keep their order of creation
+    return {"index": at, "op": aid, "target": op.get("target"), "module": module(op),
+            "live_bytes": best, "storages": here}
+
+
+def peak_line(peak: dict, largest: int = 3) -> str:
+    """``roam plan``'s "at the peak" line for a :func:`live_at_peak` result (without the
+    trailing "; roam viz draws it")."""
+    parts = [f"{s['name']} {s['bytes'] / MiB:.2f} MiB ({s['module']})"
+             for s in peak["storages"][:largest]]
+    return (f"op index {peak['index']} ({peak['op']} {peak['target']}, {peak['module']}): "
+            f"{len(peak['storages'])} storages; largest " + ", ".join(parts))

@@ -2,14 +2,22 @@
 roam.optimize and, side by side, with the ordinary eager loop; print per step the loss and the
 measured peak of both, and the reduction. CPU only (Debian's PyTorch 1.13).
 
-Peaks are bytes allocated above what exists before the step (parameters, buffers, optimizer
-state and the batch are resident), counted by the executor's CPU allocator rounded up to 64
-bytes per allocation:
+First the plan: its headline (as roam plan prints it: peak = resident + arena; program order
+on a CPU allocator = resident + Tp of the graph's own order; lower bound) and what is live at its
+peak (op index, op, module, the largest storages with the module that made them). Then one row
+per step, measured on this CPU, every figure what the process holds during the step with the
+resident tensors (parameters, buffers, optimizer state, the batch) included, the bases of the
+headline; the bytes above the resident ones are counted by the executor's CPU allocator, each
+allocation rounded up to 64 bytes:
   eager  the ordinary model(x) / loss.backward() / optimizer.step() loop on a copy of the
          model and optimizer (PyTorch's default allocator, counted in pass-through mode);
   graph  the captured step in program order with the default allocator (what the plan is
          compared with: same ops, same workspaces);
-  roam   the arena of the plan (reserved for the whole step) plus the fallback heap's peak.
+  roam   resident + the arena of the plan (reserved for the whole step) + the fallback heap's
+         peak; arena and fallback are those two parts;
+  vs eager, vs graph  100 * (roam / eager - 1) and 100 * (roam / graph - 1), as the headline.
+Last, the measured line for the last step, what it saved in plain words, and "met" or
+"not met: why" (met: no more than the eager loop and at least 95% of the planned saving).
 
 Models: the same list as python -m roam.capture (python -m roam.capture --list-models): the
 roam.zoo models (bert-base, gpt2, ...), the BERT presets bert-tiny (2 layers, hidden 128),
@@ -32,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from roam.headline import KEY, headline
+from roam.headline import KEY, percent_change
 
 MiB = float(1 << 20)
 
@@ -151,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workspaces", default="arena", choices=("arena", "heap"),
                    help="operator workspaces: from free arena bytes when they fit (arena) or "
                         "always from the fallback heap (heap)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress messages on stderr (the report on stdout stays)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="also write the per-step reports to FILE (JSON)")
     return p
@@ -162,6 +172,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .capture.errors import UnknownModelError
 
     def say(msg):
+        if args.quiet:
+            return
         print(f"[roam.run] {msg}", file=sys.stderr, flush=True)
 
     try:
@@ -187,15 +199,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{st['arena_bytes'] / MiB:.2f} MiB, lower bound {st['lower_bound_bytes'] / MiB:.2f} "
         f"MiB; Tp(program order) {step.tp_program / MiB:.2f} MiB; resident "
         f"{st['resident_bytes'] / MiB:.2f} MiB ({time.perf_counter() - t0:.1f} s)")
-    print(f"{args.model} batch {args.batch_size}: planned arena {st['arena_bytes'] / MiB:.3f} MiB "
-          f"(order {plan['method']['order']}, layout {plan['method']['layout']}), "
-          f"Tp(program order) {step.tp_program / MiB:.3f} MiB, planned saving "
-          f"{step.planned_saving_bytes / MiB:.3f} MiB")
     res = st["resident_bytes"]
-    print("planned: " + headline(res + st["arena_bytes"], res + step.tp_program,
-                                 lower_bound_bytes=res + st["lower_bound_bytes"]))
-    print(f"{'step':>4} {'loss eager':>11} {'loss roam':>11} {'eager MiB':>10} {'graph MiB':>10} "
-          f"{'roam MiB':>9} {'arena':>8} {'fallback':>9} {'vs eager':>9} {'vs graph':>9}  mode")
+    print(f"{args.model} batch {args.batch_size}, {args.optimizer}: plan order "
+          f"{plan['method']['order']}, layout {plan['method']['layout']}; resident "
+          f"{res / MiB:.2f} MiB (parameters, buffers, optimizer state, batch)")
+    # the plan's headline and what is live at its peak: the first screen of roam plan
+    print("planned: " + step.headline())
+    if step.peak_line():
+        print("at the plan's peak: " + step.peak_line())
+    # the table: every figure is what the process holds during the step, resident included
+    # (the bases of the headline); vs eager / vs graph are the headline's percentage
+    print(f"measured on this CPU, MiB held during the step (resident {res / MiB:.2f} MiB "
+          f"included); roam = resident + arena + fallback heap peak:")
+    print(f"{'step':>4} {'loss eager':>11} {'loss roam':>11} {'eager':>9} {'graph':>9} "
+          f"{'roam':>9} {'arena':>8} {'fallback':>9} {'vs eager':>9} {'vs graph':>9}  mode")
     rows = []
     rng_seed = args.seed + 12345
     for i in range(args.steps):
@@ -213,12 +230,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         loss = step(*batch)
         r = step.last_report
         gp = r.eager_peak_bytes
-        vs_e = f"{(1 - r.total_peak_bytes / eager_peak) * 100:8.1f}%" if eager_peak else "       -"
-        vs_g = f"{(1 - r.total_peak_bytes / gp) * 100:8.1f}%" if gp else "       -"
+        total = res + r.total_peak_bytes
+        vs_e = percent_change(total, res + eager_peak) if eager_peak is not None else "-"
+        vs_g = percent_change(total, res + gp) if gp is not None else "-"
         print(f"{i + 1:>4} {('%.6f' % float(le)) if le is not None else '-':>11} "
-              f"{float(loss):>11.6f} {_mib(eager_peak):>10} {_mib(gp):>10} "
-              f"{r.total_peak_bytes / MiB:>9.3f} {r.arena_used_bytes / MiB:>8.3f} "
-              f"{r.fallback_peak_bytes / MiB:>9.3f} {vs_e} {vs_g}  {r.mode}"
+              f"{float(loss):>11.6f} {_mib(None if eager_peak is None else res + eager_peak):>9} "
+              f"{_mib(None if gp is None else res + gp):>9} {_mib(total):>9} "
+              f"{r.arena_used_bytes / MiB:>8.3f} {r.fallback_peak_bytes / MiB:>9.3f} "
+              f"{vs_e:>9} {vs_g:>9}  {r.mode}"
               + (f" ({r.mismatch or r.reason})" if (r.mismatch or r.reason) else ""),
               flush=True)
         d = r.as_dict()
@@ -227,13 +246,34 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows.append(d)
     if step.last_report is not None:
         r = step.last_report
-        if r.eager_peak_bytes:  # measured: this run against the same graph run eagerly on a CPU
-            print("measured: " + headline(res + r.total_peak_bytes, res + r.eager_peak_bytes))
+        total = res + r.total_peak_bytes
+        # measured, on the table's bases: the last step against the ordinary eager loop and
+        # against the same graph run in program order with PyTorch's allocator
+        line = f"measured (last step, this CPU run): peak {total / MiB:.2f} MiB"
+        eager_peak = rows[-1]["eager_loop_peak_bytes"]
+        if eager_peak is not None:
+            line += (f"; the ordinary eager loop {(res + eager_peak) / MiB:.2f} MiB "
+                     f"({percent_change(total, res + eager_peak)})")
+        if r.eager_peak_bytes is not None:
+            line += (f"; the same graph in program order on PyTorch's CPU allocator "
+                     f"{(res + r.eager_peak_bytes) / MiB:.2f} MiB "
+                     f"({percent_change(total, res + r.eager_peak_bytes)})")
+        print(line)
         print(r.describe())  # what the last step saved, in plain words
-        print("  " + KEY)
+        why = r.why_not_met()
+        if eager_peak is not None and r.total_peak_bytes > eager_peak:
+            extra = (f"the step held {(r.total_peak_bytes - eager_peak) / MiB:.2f} MiB more than "
+                     f"the ordinary eager loop")
+            why = f"{why}; {extra}" if why else extra
+        print(("not met: " + why) if why else
+              "met: the step held no more than eager and realised at least 95% of the planned "
+              "saving")
+        if not args.quiet:
+            print("  " + KEY)
     summary: Dict[str, Any] = {"model": args.model, "batch_size": args.batch_size,
                                "plan_method": plan["method"], "plan_stats": st,
-                               "tp_program_order_bytes": step.tp_program, "steps": rows}
+                               "tp_program_order_bytes": step.tp_program,
+                               "at_peak": step.at_peak, "steps": rows}
     if args.check:
         same = bit_identical(model, models["graph"][0])
         rel = max_rel_diff(model, models["eager"][0]) if "eager" in models else None

@@ -70,3 +70,98 @@ def test_headline_helper_matches_roam_plan():
     assert headline(110, 100) == ("peak 0.00 MiB; program order on a CPU allocator 0.00 MiB "
                                   "(+10.0%)")
     assert "CPU allocator = resident + Tp" in KEY
+
+
+# ---------------------------------------------------------------- what is live at the peak
+
+def _peak_graph():
+    """Worked by hand (alignment 64, every size a multiple): in program order n0 n1 n2 n3,
+    a (1 MiB, m0) lives from n0 to n3 (its alias av, output of n1, is read by n3); b (2 MiB,
+    m1) from n1 to n2; n1's workspace (1.5 MiB) at n1 only; c (0.5 MiB) from n2 to n3; the
+    loss (64 B) is a graph output. Live bytes per step: 1, 4.5, 3.5, 1.5 MiB (+64 B at n3):
+    the peak is at op index 1, op n1 in m1, with b, the workspace and a live."""
+    MiB = 1 << 20
+    return {
+        "format": "roam-graph", "version": 1, "name": "peak-by-hand",
+        "tensors": [
+            {"id": "x", "size": 4096, "role": "input"},
+            {"id": "a", "size": MiB}, {"id": "b", "size": 2 * MiB},
+            {"id": "av", "size": MiB, "alias_of": "a"},
+            {"id": "c", "size": MiB // 2}, {"id": "loss", "size": 64}],
+        "ops": [
+            {"id": "n0", "target": "aten.relu.default", "phase": "forward", "inputs": ["x"],
+             "outputs": ["a"], "module": "m0"},
+            {"id": "n1", "target": "aten.mm.default", "phase": "forward", "inputs": ["a"],
+             "outputs": ["b", "av"], "module": "m1", "workspace": 3 * MiB // 2},
+            {"id": "n2", "target": "aten.sum.default", "phase": "forward", "inputs": ["b"],
+             "outputs": ["c"], "module": "m2"},
+            {"id": "n3", "target": "aten.add.Tensor", "phase": "forward",
+             "inputs": ["c", "av"], "outputs": ["loss"]}],
+        "outputs": ["loss"]}
+
+
+def test_live_at_peak_worked_by_hand():
+    from roam.headline import live_at_peak, peak_line
+    MiB = 1 << 20
+    pk = live_at_peak(_peak_graph(), ["n0", "n1", "n2", "n3"], 64)
+    assert pk["index"] == 1 and pk["op"] == "n1" and pk["module"] == "m1"
+    assert pk["live_bytes"] == 4 * MiB + MiB // 2
+    assert [(s["name"], s["bytes"], s["module"]) for s in pk["storages"]] == [
+        ("b", 2 * MiB, "m1"), ("workspace of op 'n1'", 3 * MiB // 2, "m1"), ("a", MiB, "m0")]
+    assert peak_line(pk) == (
+        "op index 1 (n1 aten.mm.default, m1): 3 storages; largest b 2.00 MiB (m1), workspace of "
+        "op 'n1' 1.50 MiB (m1), a 1.00 MiB (m0)")
+    # a recomputation (plan version 2), worked by hand: n0 gets a 3.5 MiB workspace and runs
+    # again after n2; n3 reads a, bound then to the new instance a#1, so instance 0 of a dies
+    # at n1. Live per step: a + workspace = 4.5; a + b + n1's workspace = 4.5; b + c = 2.5;
+    # c + a#1 + n0#1's workspace = 5; c + a#1 + loss = 1.5 MiB + 64 B. The peak is op index 3,
+    # the recomputation, with the new instance and the second run's workspace.
+    g = _peak_graph()
+    g["ops"][0].update(recomputable=True, workspace=7 * MiB // 2)
+    g["ops"][3]["inputs"] = ["c", "a"]
+    pk2 = live_at_peak(g, ["n0", "n1", "n2", "n0", "n3"], 64)
+    assert pk2["live_bytes"] == 5 * MiB
+    assert peak_line(pk2) == (
+        "op index 3 (n0#1 aten.relu.default, m0): 3 storages; largest workspace of op 'n0#1' "
+        "3.50 MiB (m0), a#1 1.00 MiB (m0), c 0.50 MiB (m2)")
+    # the order must list every op
+    import pytest
+    with pytest.raises(ValueError):
+        live_at_peak(_peak_graph(), ["n0", "n1", "n2"], 64)
+
+
+def _cli_peak_line(graph_path, plan_path, extra):
+    from conftest import roam_binary
+    r = subprocess.run([roam_binary(), "plan", str(graph_path), "-o", str(plan_path),
+                        ] + (extra if "--time-limit" in extra else extra + ["--time-limit", "10"]), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("at the peak"))
+    return line[len("at the peak"):].strip()
+
+
+def test_live_at_peak_is_roam_plans_line(tmp_path):
+    """The Python recount (the executor's report) prints what roam plan prints, for the
+    hand-worked graph in program order, a benchmark graph with its workspaces, and a plan with
+    recomputation (version 2, under a budget)."""
+    import gzip
+    import json
+    from conftest import REPO_ROOT
+    from roam.headline import live_at_peak, peak_line
+    gpath = tmp_path / "g.json"
+    gpath.write_text(json.dumps(_peak_graph()))
+    bench = os.path.join(REPO_ROOT, "bench", "graphs", "mobilenet_v2-b1-adam.json.gz")
+    cases = [(gpath, ["--order", "program", "--layout", "llfb"]), (bench, []),
+             (bench, ["--budget", "112MiB", "--time-limit", "30"])]
+    versions = set()
+    for graph_path, extra in cases:
+        plan_path = tmp_path / "p.json"
+        cli = _cli_peak_line(graph_path, plan_path, extra)
+        opener = gzip.open if str(graph_path).endswith(".gz") else open
+        with opener(graph_path, "rt") as f:
+            graph = json.load(f)
+        plan = json.loads(plan_path.read_text())
+        versions.add(plan["version"])
+        pk = live_at_peak(graph, plan["order"], plan["alignment"])
+        assert cli == peak_line(pk) + "; roam viz draws it"
+        assert pk["live_bytes"] == plan["stats"]["theoretical_peak_bytes"]
+    assert versions == {1, 2}

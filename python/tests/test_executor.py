@@ -246,8 +246,46 @@ def test_workspaces_on_the_heap_only():
     # the workspaces on the heap cost more than eager here: said once, then program order
     assert first.saved_bytes < 0 and step.reports[1].mode == "program"
     assert "MORE than the same step run eagerly" in first.describe()
+    # why, in plain words: the bytes that went to the heap, and the later steps' mode
+    why = first.why_not_met()
+    assert why.startswith("it held more than the same graph run eagerly: ")
+    assert f"{first.fallback_peak_bytes / (1 << 20):.2f} MiB went to the fallback heap" in why
+    assert "the plan is off: step 1 measured" in step.reports[1].why_not_met()
     assert all(torch.equal(l, lr) for l, lr, _ in losses)
     assert same_params(m, rm)
+
+
+def test_report_says_what_is_live_at_the_peak_and_what_was_met():
+    """The step report carries roam plan's "at the peak" line for the plan it ran (recounted
+    by roam.headline.live_at_peak; its live bytes are libroam's Tp of the plan's order) and
+    summary() puts the planned headline, that line, the measured sentence and, only when
+    something was not met, why."""
+    from roam.headline import live_at_peak, peak_line
+    model, o, loss_fn, batch = make("conv_bn")
+    step = optimize(model, o, loss_fn, batch(1))
+    step(*batch(2))
+    rep = step.last_report
+    pk = live_at_peak(step.graph, step.plan["order"], step.alignment)
+    assert pk["live_bytes"] == native().theoretical_peak(
+        __import__("json").dumps(step.graph), step.plan["order"], step.alignment)
+    assert step.plan["order"][pk["index"]] == pk["op"]
+    assert rep.at_peak == peak_line(pk) and rep.at_peak.startswith("op index ")
+    assert rep.resident_bytes == step.plan["stats"]["resident_bytes"] > 0
+    lines = step.summary()
+    assert lines[0] == "planned: " + step.headline()
+    assert lines[0].startswith(f"planned: peak "
+                               f"{(rep.resident_bytes + rep.planned_arena_bytes) / (1 << 20):.2f}")
+    assert lines[1] == "at the plan's peak: " + rep.at_peak
+    assert lines[2] == rep.describe()
+    if rep.why_not_met() is None:  # met: no "not met" line
+        assert len(lines) == 3 and rep.saved_bytes >= 0
+        assert rep.realised_fraction is None or rep.realised_fraction >= 0.95
+    else:
+        assert lines[3] == "not met: " + rep.why_not_met()
+    # a budget below what the step held is said in plain words
+    held = rep.resident_bytes + rep.total_peak_bytes
+    assert rep.why_not_met(budget_bytes=held) is None or "budget" not in rep.why_not_met(held)
+    assert f"above the budget of {(held - 1) / (1 << 20):.2f} MiB" in rep.why_not_met(held - 1)
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adamw"])
@@ -657,14 +695,40 @@ def test_eager_peak_is_measured_like_the_arena():
 
 # ---------------------------------------------------------------- command line and build
 
-def test_run_cli_prints_loss_and_peaks(capsys):
+def test_run_cli_prints_loss_and_peaks(capsys, tmp_path):
+    from roam.headline import live_at_peak, peak_line
     from roam.run import main
+    js = tmp_path / "run.json"
     assert main(["--model", "bert-tiny", "--batch-size", "1", "--seq-len", "8", "--steps", "2",
-                 "--check", "--debug"]) == 0
-    out = capsys.readouterr().out
+                 "--check", "--debug", "--quiet", "--json", str(js)]) == 0
+    cap = capsys.readouterr()
+    out = cap.out
+    assert "[roam.run]" not in cap.err  # --quiet: no progress messages
     lines = [ln for ln in out.splitlines() if ln.strip().startswith(("1 ", "2 "))]
     assert len(lines) == 2 and all(ln.rstrip().endswith("planned") for ln in lines)
     assert "bit-identical to the captured graph in program order: yes" in out
+    # the first screen: the plan's headline and what is live at its peak, recounted here
+    import json
+    doc = json.loads(js.read_text())
+    st = doc["plan_stats"]
+    res = st["resident_bytes"]
+    assert f"planned: peak {(res + st['arena_bytes']) / (1 << 20):.2f} MiB; program order on " \
+           f"a CPU allocator {(res + doc['tp_program_order_bytes']) / (1 << 20):.2f} MiB" in out
+    peak = next(ln for ln in out.splitlines() if ln.startswith("at the plan's peak: "))
+    assert peak.startswith("at the plan's peak: op index ")
+    assert doc["at_peak"]["live_bytes"] == st["theoretical_peak_bytes"]  # Tp of the plan
+    assert peak == "at the plan's peak: " + peak_line(doc["at_peak"])
+    # table and measured line on the same bases: resident + the step's bytes
+    last = lines[-1].split()
+    r = doc["steps"][-1]
+    eager, graph, roam = (float(v) for v in last[3:6])
+    assert roam == round((res + r["total_peak_bytes"]) / (1 << 20), 3)
+    assert graph == round((res + r["eager_peak_bytes"]) / (1 << 20), 3)
+    assert eager == round((res + r["eager_loop_peak_bytes"]) / (1 << 20), 3)
+    measured = next(ln for ln in out.splitlines() if ln.startswith("measured (last step"))
+    assert f"peak {(res + r['total_peak_bytes']) / (1 << 20):.2f} MiB" in measured
+    assert f"({last[8]})" in measured and f"({last[9]})" in measured  # vs eager, vs graph
+    assert any(ln.startswith(("met: ", "not met: ")) for ln in out.splitlines())
 
 
 def test_run_cli_unknown_model(capsys):

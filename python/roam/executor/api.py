@@ -175,6 +175,8 @@ class StepReport:
     debug_violations: int = 0
     escaped_arena_blocks: int = 0      # arena blocks still referenced after the step
     seconds: float = 0.0
+    resident_bytes: int = 0            # parameters, buffers, optimizer state, batch (the plan's)
+    at_peak: Optional[str] = None      # what is live at the plan's peak (roam plan's line)
 
     @property
     def reduction(self) -> Optional[float]:
@@ -202,8 +204,12 @@ class StepReport:
     def describe(self) -> str:
         """One sentence in plain words: what the step used and what it saved."""
         mib = 1 << 20
-        used = (f"step {self.step} ({self.mode}): {self.total_peak_bytes / mib:.2f} MiB "
-                f"(arena {self.arena_bytes / mib:.2f} + fallback heap peak "
+        if self.mode == "eager":
+            return (f"step {self.step} (eager): an ordinary eager step ({self.reason}), "
+                    f"{self.total_peak_bytes / mib:.2f} MiB at its peak, what eager PyTorch "
+                    f"holds for it; nothing planned, nothing saved")
+        used = (f"step {self.step} ({self.mode}): {self.total_peak_bytes / mib:.2f} MiB above "
+                f"the resident tensors (arena {self.arena_bytes / mib:.2f} + fallback heap peak "
                 f"{self.fallback_peak_bytes / mib:.2f})")
         if self.saved_bytes is None:
             return used
@@ -218,11 +224,66 @@ class StepReport:
                      f"({100 * self.realised_fraction:.1f}% realised)")
         return f"{used}; {what}"
 
+    def why_not_met(self, budget_bytes: Optional[int] = None,
+                    target_fraction: float = 0.95) -> Optional[str]:
+        """Plain words on why the step did not save what the plan promised (less than
+        ``target_fraction`` of it realised, or more than the same graph run eagerly) or held
+        more than ``budget_bytes`` (resident included); None when everything was met."""
+        mib = 1 << 20
+        why = []
+        if budget_bytes is not None and self.resident_bytes + self.total_peak_bytes > budget_bytes:
+            why.append(f"the step held {(self.resident_bytes + self.total_peak_bytes) / mib:.2f} "
+                       f"MiB (resident {self.resident_bytes / mib:.2f} + measured "
+                       f"{self.total_peak_bytes / mib:.2f}), above the budget of "
+                       f"{budget_bytes / mib:.2f} MiB")
+        if self.mode == "eager":
+            why.append(f"nothing was planned for this step: {self.reason}")
+        elif self.mode == "unplanned":
+            why.append(f"no usable plan, so the step ran in program order with ordinary "
+                       f"allocation: {self.reason}")
+        elif self.mode == "program":
+            why.append(f"the plan is off: {self.reason}, so this step ran in program order with "
+                       f"ordinary allocation")
+        elif self.mode == "diverged":
+            why.append(f"the run left the plan ({self.mismatch}); the rest of the step used "
+                       f"ordinary allocation")
+        if self.mode in ("planned", "diverged") and self.eager_peak_bytes is not None:
+            short = self.saved_bytes < 0 or (
+                self.planned_saving_bytes > 0
+                and self.realised_fraction is not None
+                and self.realised_fraction < target_fraction)
+            if self.planned_saving_bytes <= 0 and self.mode == "planned":
+                why.append("the plan promised no saving: its arena is not below Tp of the "
+                           "program order (that order is already as good as roam finds)")
+            elif short:
+                parts = []
+                if self.fallback_peak_bytes > 0:
+                    parts.append(f"{self.fallback_peak_bytes / mib:.2f} MiB went to the fallback "
+                                 f"heap (allocations that fit neither a planned block nor their "
+                                 f"op's workspace block: kernel scratch larger on this run than "
+                                 f"the capture measured)")
+                tp_program = self.planned_saving_bytes + self.planned_arena_bytes
+                if self.eager_peak_bytes < tp_program:
+                    parts.append(f"the same graph run eagerly held "
+                                 f"{(tp_program - self.eager_peak_bytes) / mib:.2f} MiB less than "
+                                 f"Tp of the program order, on which the promise was counted")
+                if self.arena_bytes > self.planned_arena_bytes:
+                    parts.append("the arena was larger than planned")
+                if not parts:
+                    parts.append("the arena was reserved for the whole step while the eager run "
+                                 "needed its peak only briefly")
+                what = ("it held more than the same graph run eagerly" if self.saved_bytes < 0
+                        else f"only {100 * self.realised_fraction:.1f}% of the planned saving "
+                             f"was realised")
+                why.append(f"{what}: " + "; ".join(parts))
+        return "; ".join(why) if why else None
+
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["reduction"] = self.reduction
         d["saved_bytes"] = self.saved_bytes
         d["realised_fraction"] = self.realised_fraction
+        d["why_not_met"] = self.why_not_met()
         return d
 
 
@@ -289,6 +350,14 @@ class RoamStep:
         program_order = [op["id"] for op in graph["ops"]]
         self.tp_program = N.theoretical_peak(json.dumps(graph), program_order, self.alignment)
         self.planned_saving_bytes = self.tp_program - self.planned_arena_bytes
+        self.resident_bytes = int(plan.get("stats", {}).get("resident_bytes", 0))
+        # what is live at the plan's peak (the line roam plan prints), recounted from the plan
+        self.at_peak: Optional[Dict[str, Any]] = None
+        try:
+            from ..headline import live_at_peak
+            self.at_peak = live_at_peak(graph, plan["order"], self.alignment)
+        except (KeyError, ValueError, TypeError):
+            pass  # a plan that does not fit the graph: said below
         self._signature = [_sig(t) for t in _flatten_state(state)]
         # the argument structure of the GraphModule (StepInputs.as_args())
         self._treespec = pytree.tree_flatten(
@@ -430,6 +499,7 @@ class RoamStep:
             st = s.stats()
             rep = StepReport(step=self._count, loss=float(loss), mode="eager", reason=reason,
                              planned_arena_bytes=self.planned_arena_bytes,
+                             resident_bytes=self.resident_bytes,
                              fallback_peak_bytes=int(st["fallback_peak"]),
                              total_peak_bytes=int(st["total_peak"]),
                              fallback_allocs=int(st["fallback_allocs"]),
@@ -481,7 +551,9 @@ class RoamStep:
             block_workspaces=int(st.get("block_workspaces", 0)), mismatch=mismatch,
             reason=self.unplanned_reason if mode != "program" else self.program_order_reason,
             debug_checks=int(st["debug_checks"]), debug_violations=int(st["debug_violations"]),
-            escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0)
+            escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0,
+            resident_bytes=self.resident_bytes,
+            at_peak=self.peak_line() if planned_run else None)
         self.reports.append(rep)
         if planned_run and eager_peak is not None and rep.total_peak_bytes > eager_peak:
             self.program_order_reason = (
@@ -491,6 +563,40 @@ class RoamStep:
             self._warn_once("above-eager", f"roam: {self.program_order_reason}; running the "
                                            f"program order with ordinary allocation from now on")
         return loss
+
+    def peak_line(self) -> Optional[str]:
+        """What is live at the plan's peak, as ``roam plan`` prints it: op index, op, module,
+        how many storages, the three largest with the module that made them."""
+        if self.at_peak is None:
+            return None
+        from ..headline import peak_line
+        return peak_line(self.at_peak)
+
+    def headline(self) -> str:
+        """The plan's headline, as ``roam plan`` prints it (resident included): peak = resident
+        + arena; program order on a CPU allocator = resident + Tp(program order); lower
+        bound. Planned figures, nothing measured."""
+        from ..headline import headline
+        st = self.plan.get("stats", {})
+        lb = st.get("lower_bound_bytes")
+        return headline(self.resident_bytes + self.planned_arena_bytes,
+                        self.resident_bytes + self.tp_program,
+                        lower_bound_bytes=None if lb is None else self.resident_bytes + int(lb))
+
+    def summary(self, report: Optional[StepReport] = None) -> List[str]:
+        """Lines for a person: the planned headline, what is live at the plan's peak, what
+        ``report`` (default: the last step) measured and saved, and, when a saving was not
+        met, why in plain words."""
+        report = report if report is not None else self.last_report
+        lines = ["planned: " + self.headline()]
+        if self.peak_line():
+            lines.append("at the plan's peak: " + self.peak_line())
+        if report is not None:
+            lines.append(report.describe())
+            why = report.why_not_met()
+            if why:
+                lines.append("not met: " + why)
+        return lines
 
     @property
     def last_report(self) -> Optional[StepReport]:
