@@ -71,6 +71,23 @@ PYBIND11_MODULE(_native, m) {
       "Plan a roam-graph v1 (JSON text) with libroam's make_plan; returns roam-plan v1 JSON text "
       "(validated). ValueError for an unknown method, RuntimeError for a bad graph.");
   m.def(
+      "plan_budget",
+      [](const std::string& graph_json, uint64_t budget_bytes, const std::string& order,
+         const std::string& layout, uint64_t alignment, int threads, double time_limit_seconds) {
+        roam_exec::PlanCall call{order, layout, alignment, threads, time_limit_seconds,
+                                 budget_bytes};
+        py::gil_scoped_release release;
+        return roam_exec::plan_budget_json(graph_json, call);
+      },
+      py::arg("graph_json"), py::arg("budget_bytes"), py::arg("order") = "auto",
+      py::arg("layout") = "auto", py::arg("alignment") = 64, py::arg("threads") = 1,
+      py::arg("time_limit_seconds") = 60.0,
+      "Plan a roam-graph (JSON text) so that resident + arena <= budget_bytes (bytes), with "
+      "recomputation where needed (libroam plan_with_budget); returns JSON text {\"plan\": "
+      "roam-plan v1 or v2 (validated)} or {\"infeasible\": {budget_bytes, "
+      "smallest_budget_bytes, lower_bound_bytes, message}}. ValueError for an unknown method, "
+      "RuntimeError for a bad graph.");
+  m.def(
       "validate",
       [](const std::string& graph_json, const std::string& plan_json) {
         py::gil_scoped_release release;

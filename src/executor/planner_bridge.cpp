@@ -10,6 +10,7 @@
 #include "roam/layout.h"
 #include "roam/order.h"
 #include "roam/plan.h"
+#include "roam/remat.h"
 #include "roam/validate.h"
 
 namespace roam_exec {
@@ -26,17 +27,17 @@ roam::Graph parse(const std::string& text) {
   return roam::parse_graph(doc, "(python graph)");
 }
 
-}  // namespace
-
-std::string plan_json(const std::string& graph_json, const PlanCall& call) {
-  const roam::Graph g = parse(graph_json);
+roam::PlanRequest request(const PlanCall& call) {
   roam::PlanRequest req;
   req.order = call.order;
   req.layout = call.layout;
   req.options.alignment = call.alignment;
   req.options.threads = call.threads;
   req.options.time_limit_seconds = call.time_limit_seconds;
-  const roam::PlanResult r = roam::make_plan(g, req);
+  return req;
+}
+
+nlohmann::json checked(const roam::Graph& g, const roam::PlanResult& r) {
   nlohmann::json doc = roam::plan_to_json(g, r.plan);
   const roam::ValidationReport rep = roam::validate_plan(g, doc, "(generated plan)");
   if (!rep.valid) {
@@ -44,7 +45,28 @@ std::string plan_json(const std::string& graph_json, const PlanCall& call) {
                            " plan fails validation: " +
                            (rep.problems.empty() ? std::string("?") : rep.problems.front()));
   }
-  return doc.dump();
+  return doc;
+}
+
+}  // namespace
+
+std::string plan_json(const std::string& graph_json, const PlanCall& call) {
+  const roam::Graph g = parse(graph_json);
+  return checked(g, roam::make_plan(g, request(call))).dump();
+}
+
+std::string plan_budget_json(const std::string& graph_json, const PlanCall& call) {
+  const roam::Graph g = parse(graph_json);
+  nlohmann::json out;
+  try {
+    out["plan"] = checked(g, roam::plan_with_budget(g, request(call), call.budget_bytes));
+  } catch (const roam::BudgetInfeasible& e) {
+    out["infeasible"] = {{"budget_bytes", e.budget},
+                         {"smallest_budget_bytes", e.smallest_budget},
+                         {"lower_bound_bytes", e.lower_bound},
+                         {"message", e.what()}};
+  }
+  return out.dump();
 }
 
 std::string validate_json(const std::string& graph_json, const std::string& plan_text) {
@@ -66,7 +88,10 @@ std::string validate_json(const std::string& graph_json, const std::string& plan
         {"arena_bytes", s.arena_bytes},
         {"peak_bytes", s.peak_bytes},
         {"lower_bound_bytes", s.lower_bound_bytes},
-        {"fragmentation", s.fragmentation}}}};
+        {"fragmentation", s.fragmentation},
+        {"recompute_seconds", s.recompute_seconds},
+        {"compute_seconds", s.compute_seconds},
+        {"recomputations", s.recomputations}}}};
   return out.dump();
 }
 

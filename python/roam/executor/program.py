@@ -15,6 +15,7 @@ not ops; an op's graph ``outputs`` are its tensor results in order, ``None`` and
 elements skipped; an output with ``alias_of`` allocates nothing, a root of size > 0 is planned.
 """
 
+import bisect
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -56,6 +57,10 @@ class Step:
     free_after: List[torch.fx.Node]            # values dropped after this step
     planned: List[Tuple[int, int]]             # (size, offset) of the root storages it creates
     planned_pos: List[int]                     # index in the op's tensor results of each
+    appearance: int = 0                        # 0: first run of the op; j > 0: recomputation j
+    rng: Optional[str] = None                  # random op run more than once: "save" the CPU
+                                               # generator state before its first run, "replay"
+                                               # it around each recomputation
 
 
 @dataclass
@@ -96,18 +101,31 @@ class Program:
     def build(cls, gm: torch.fx.GraphModule, graph: Dict[str, Any], op_nodes: Dict[str, str],
               order: Optional[Sequence[str]] = None, offsets: Optional[Dict[str, int]] = None,
               arena_bytes: int = 0, alignment: int = 64,
-              workspace_offsets: Optional[Dict[str, Sequence[int]]] = None) -> "Program":
+              workspace_offsets: Optional[Dict[str, Sequence[int]]] = None,
+              recompute_offsets: Optional[Dict[str, Sequence[int]]] = None) -> "Program":
         """Compile ``gm`` for ``order`` (op ids; default: the graph's program order).
 
-        ``offsets``: root tensor id -> arena offset (bytes) for every planned storage; None
-        for a program that allocates normally. ``workspace_offsets``: op id -> [offset] of
-        the op's planned workspace block (plan field ``workspace_offsets``; the op's
-        ``workspace`` bytes); needed for every op with a workspace when ``offsets`` is given.
+        ``order`` may name an op more than once (plan version 2): its first appearance
+        computes it, each later one is a **recomputation** (only for ops with
+        ``recomputable: true``) that runs the fx node again on the values its inputs are bound
+        to at that step (the latest appearance of each producer) and binds its results anew;
+        an older value is dropped right after its last use in this order.
+
+        ``offsets``: root tensor id -> arena offset (bytes) of instance 0 of every planned
+        storage; ``recompute_offsets``: root id -> offsets (bytes) of its instances 1, 2, ...
+        (plan v2); None for a program that allocates normally. ``workspace_offsets``: op id ->
+        one offset per appearance of the op's planned workspace block (plan field
+        ``workspace_offsets``; the op's ``workspace`` bytes); needed for every op with a
+        workspace when ``offsets`` is given.
+
+        A random operator that runs more than once replays, at each recomputation, the
+        generator state it drew from at its first appearance (``Step.rng``).
 
         Raises:
-            PlanMismatch: the order is not a permutation of the graph's ops, an op has no fx
-                node (or the reverse), an offset is missing, or the order runs an op before
-                one it reads from.
+            PlanMismatch: the order does not name every op of the graph, an op has no fx
+                node (or the reverse), an op that is not recomputable runs twice, an offset
+                is missing, or the order runs an op before one it reads from or breaks an
+                ``after`` edge.
         """
         nodes = {n.name: n for n in gm.graph.nodes}
         ops = {op["id"]: op for op in graph["ops"]}
@@ -115,13 +133,20 @@ class Program:
         if order is None:
             order = [op["id"] for op in graph["ops"]]
         order = list(order)
-        if len(order) != len(ops) or set(order) != set(ops):
+        if set(order) != set(ops):
             unknown = [o for o in order if o not in ops][:3]
             missing = [o for o in ops if o not in set(order)][:3]
-            raise PlanMismatch(f"the order has {len(order)} ops, the graph {len(ops)} "
-                               f"(unknown {unknown}, missing {missing}, or repeated ids)")
-        op_of_node: Dict[torch.fx.Node, str] = {}
+            raise PlanMismatch(f"the order names {len(set(order))} distinct ops, the graph has "
+                               f"{len(ops)} (unknown {unknown}, missing {missing})")
+        count: Dict[str, int] = {}
         for oid in order:
+            count[oid] = count.get(oid, 0) + 1
+        for oid, c in count.items():
+            if c > 1 and not ops[oid].get("recomputable", False):
+                raise PlanMismatch(f"the order runs op {oid} ({ops[oid]['target']}) {c} times, "
+                                   f"but it is not recomputable")
+        op_of_node: Dict[torch.fx.Node, str] = {}
+        for oid in count:
             name = op_nodes.get(oid)
             if name is None or name not in nodes:
                 raise PlanMismatch(f"op {oid} has no fx node in the captured step")
@@ -133,69 +158,79 @@ class Program:
             if n.op not in ("placeholder", "get_attr", "call_function", "output"):
                 raise PlanMismatch(f"fx node {n.name}: unsupported kind {n.op}")
 
-        step_of = {nodes[op_nodes[oid]]: k for k, oid in enumerate(order)}
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        output_node = next(n for n in gm.graph.nodes if n.op == "output")
-
-        # the step at which each value becomes available (getitems: their producer's step)
-        avail: Dict[torch.fx.Node, int] = {}
+        # the steps at which each value is (re)bound: an op node at each of its appearances,
+        # a getitem at its producer's; placeholders and attributes before the step (-1)
+        apps: Dict[torch.fx.Node, List[int]] = {}
+        for k, oid in enumerate(order):
+            apps.setdefault(nodes[op_nodes[oid]], []).append(k)
         for n in gm.graph.nodes:
             if n.op in ("placeholder", "get_attr"):
-                avail[n] = -1
-            elif n in step_of:
-                avail[n] = step_of[n]
+                apps[n] = [-1]
         for n in gm.graph.nodes:
             if n.op == "call_function" and n.target is operator.getitem:
                 src = n.args[0]
-                if src not in step_of:
+                if src not in op_of_node:
                     raise PlanMismatch(f"getitem {n.name} of a value that is not an op result")
-                avail[n] = step_of[src]
+                apps[n] = apps[src]
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        output_node = next(n for n in gm.graph.nodes if n.op == "output")
 
-        # last use of every value in this order; dependencies respected
-        last: Dict[torch.fx.Node, int] = {n: avail[n] for n in avail}
+        def bound(a: torch.fx.Node, k: int) -> int:
+            """Index of the appearance of ``a`` that step ``k`` reads (the latest before k)."""
+            j = bisect.bisect_left(apps[a], k) - 1
+            return j
+
+        # last use of every instance (value, appearance index) in this order
         end = len(order)
-        for n in gm.graph.nodes:
-            if n.op == "output":
-                for a in n.all_input_nodes:
-                    last[a] = end
-                continue
-            if n not in step_of:
-                continue
-            k = step_of[n]
+        last: Dict[Tuple[torch.fx.Node, int], int] = {}
+        for n, steps_of in apps.items():
+            for j, k in enumerate(steps_of):
+                last[(n, j)] = k
+        for k, oid in enumerate(order):
+            n = nodes[op_nodes[oid]]
             for a in n.all_input_nodes:
-                if avail[a] >= k:
-                    raise PlanMismatch(f"the order runs op {op_of_node[n]} ({n.target}) at step "
-                                       f"{k} before op {op_of_node.get(a, a.name)} that "
-                                       f"produces its input (step {avail[a]})")
-                last[a] = max(last[a], k)
-        # every `after` edge of the graph (mutation order) too
-        pos = {oid: k for k, oid in enumerate(order)}
+                j = bound(a, k)
+                if j < 0:
+                    raise PlanMismatch(f"the order runs op {oid} ({n.target}) at step {k} "
+                                       f"before op {op_of_node.get(a, a.name)} that produces "
+                                       f"its input (step {apps[a][0]})")
+                last[(a, j)] = max(last[(a, j)], k)
+        for a in output_node.all_input_nodes:
+            last[(a, len(apps[a]) - 1)] = end
+        # every `after` edge of the graph (mutation order) holds for every appearance
+        first_pos: Dict[str, int] = {}
+        last_pos: Dict[str, int] = {}
+        for k, oid in enumerate(order):
+            first_pos.setdefault(oid, k)
+            last_pos[oid] = k
         for op in graph["ops"]:
             for a in op.get("after", []):
-                if pos[a] >= pos[op["id"]]:
+                if last_pos[a] >= first_pos[op["id"]]:
                     raise PlanMismatch(f"the order runs op {op['id']} before op {a}, which must "
                                        f"precede it (after edge)")
 
         free_after: List[List[torch.fx.Node]] = [[] for _ in order]
-        for n, k in last.items():
+        for (n, _j), k in last.items():
             if n.op in ("placeholder", "get_attr") or k >= end:
                 continue
-            if n in step_of or (n.op == "call_function" and n.target is operator.getitem):
-                free_after[max(k, avail[n])].append(n)
+            free_after[k].append(n)
 
         steps: List[Step] = []
         schedule: List[List[Tuple[int, int]]] = []
         workspaces: List[Tuple[int, int]] = []
+        seen: Dict[str, int] = {}
         for k, oid in enumerate(order):
             n = nodes[op_nodes[oid]]
             op = ops[oid]
+            j = seen.get(oid, 0)
+            seen[oid] = j + 1
             wsize = int(op.get("workspace", 0))
             if offsets is not None and wsize > 0:
                 woff = (workspace_offsets or {}).get(oid)
-                if not woff:
+                if not woff or len(woff) <= j:
                     raise PlanMismatch(f"the plan has no workspace offset for op {oid} "
-                                       f"({wsize} bytes)")
-                workspaces.append((int(woff[0]), wsize))
+                                       f"({wsize} bytes, appearance {j})")
+                workspaces.append((int(woff[j]), wsize))
             else:
                 workspaces.append((0, 0))
             gets = [(u, u.args[1]) for u in n.users
@@ -208,18 +243,36 @@ class Program:
                 if "alias_of" in t or t.get("role") or int(t["size"]) == 0:
                     continue
                 if offsets is not None:
-                    if tid not in offsets:
-                        raise PlanMismatch(f"the plan has no offset for storage {tid} "
-                                           f"(output of {oid})")
-                    planned.append((int(t["size"]), int(offsets[tid])))
+                    if j == 0:
+                        if tid not in offsets:
+                            raise PlanMismatch(f"the plan has no offset for storage {tid} "
+                                               f"(output of {oid})")
+                        off = offsets[tid]
+                    else:
+                        later = (recompute_offsets or {}).get(tid) or []
+                        if len(later) < j:
+                            raise PlanMismatch(f"the plan has no offset for instance {j} of "
+                                               f"storage {tid} (recompute_offsets, output of "
+                                               f"{oid})")
+                        off = later[j - 1]
+                    planned.append((int(t["size"]), int(off)))
                     ppos.append(i)
+            rng = None
+            if count[oid] > 1 and _is_random_target(n.target):
+                rng = "save" if j == 0 else "replay"
+            what = f"{oid} {n.target}" + (f" (recomputation {j})" if j else "")
             schedule.append(planned)
-            steps.append(Step(node=n, op_id=oid, what=f"{oid} {n.target}", getitems=gets,
+            steps.append(Step(node=n, op_id=oid, what=what, getitems=gets,
                               keep_result=keep, free_after=free_after[k], planned=planned,
-                              planned_pos=ppos))
+                              planned_pos=ppos, appearance=j, rng=rng))
         return cls(gm=gm, steps=steps, placeholders=placeholders, output_node=output_node,
                    arena_bytes=int(arena_bytes), alignment=int(alignment), schedule=schedule,
                    workspaces=workspaces)
+
+    @property
+    def recomputations(self) -> int:
+        """How many steps are recomputations (appearances after an op's first)."""
+        return sum(1 for st in self.steps if st.appearance > 0)
 
     # ---------------------------------------------------------------- run
     def run(self, flat_args: Sequence[torch.Tensor], session=None, observe=None):
@@ -236,11 +289,20 @@ class Program:
             if n.op == "get_attr":
                 env[n] = _fetch_attr(self.gm, n.target)
         lookup = env.__getitem__
+        rng_states: Dict[str, torch.Tensor] = {}
         with torch.no_grad():
             for k, st in enumerate(self.steps):
                 node = st.node
                 args = map_arg(node.args, lookup)
                 kwargs = map_arg(node.kwargs, lookup)
+                resume = None
+                if st.rng == "save":
+                    rng_states[st.op_id] = torch.get_rng_state()
+                elif st.rng == "replay":
+                    # draw the numbers of the first run (torch.utils.checkpoint's
+                    # preserve_rng_state), then continue the program's own sequence
+                    resume = torch.get_rng_state()
+                    torch.set_rng_state(rng_states[st.op_id])
                 if session is not None:
                     session.begin_op(k)
                     out = node.target(*args, **kwargs)
@@ -256,6 +318,9 @@ class Program:
                         observe(k, ptrs)
                 else:
                     out = node.target(*args, **kwargs)
+                if resume is not None:
+                    torch.set_rng_state(resume)
+                    del resume
                 del args, kwargs
                 if st.keep_result:
                     env[node] = out
@@ -296,6 +361,12 @@ def ranks_from_events(program: "Program", events, observed: Dict[int, List[int]]
             r.append(rank)
         ranks[st.op_id] = r
     return ranks
+
+
+def _is_random_target(target) -> bool:
+    """An ATen operator that draws from a generator (tag ``nondeterministic_seeded``)."""
+    tags = getattr(target, "tags", None) or ()
+    return torch.Tag.nondeterministic_seeded in tags
 
 
 def _fetch_attr(gm: torch.nn.Module, target: str):
