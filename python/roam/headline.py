@@ -77,8 +77,8 @@ def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
     """What is live at the first step of the largest live bytes when ``graph`` (roam-graph v1
     dict) runs in ``order`` (op ids; an op listed again is a recomputation, plan version 2):
     ``{"index", "op", "target", "module", "live_bytes", "storages": [{"name", "bytes",
-    "module", "op"}, ...]}``, storages largest first (ties in order of creation, workspaces after
-    tensors). A recomputed instance is named ``id#k`` (k: the appearance of its op), an op's
+    "module", "op"}, ...], "per_step": [live bytes at each step]}``, storages largest first
+    (ties in order of creation, workspaces after tensors). A recomputed instance is named ``id#k`` (k: the appearance of its op), an op's
     workspace "workspace of op 'ID'" (live at that op's step only). Sizes are rounded up to
     ``alignment`` for ``live_bytes`` (= Tp(order)) and listed as in the file. Recounted from the
     liveness rules of docs/GRAPH_FORMAT.md (versions 1 and 2), independently of libroam."""
@@ -142,13 +142,15 @@ def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
             delta[k] += _align(w, alignment)
             delta[k + 1] -= _align(w, alignment)
     best, run, at = -1, 0, 0
+    per_step = []
     for k in range(n):
         run += delta[k]
+        per_step.append(run)
         if run > best:
             best, at = run, k
     if not n:
         return {"index": 0, "op": None, "target": None, "module": None, "live_bytes": 0,
-                "storages": []}
+                "storages": [], "per_step": []}
     op, aid = appear[at]
     here = [{"name": s["name"], "bytes": s["size"], "module": s["module"], "op": s["op"]}
             for s in inst if s["size"] > 0 and s["first"] <= at <= s["last"]]
@@ -158,7 +160,7 @@ def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
                      "op": aid})
     here.sort(key=lambda s: -s["bytes"])  # stable: ties keep their order of creation
     return {"index": at, "op": aid, "target": op.get("target"), "module": module(op),
-            "live_bytes": best, "storages": here}
+            "live_bytes": best, "storages": here, "per_step": per_step}
 
 
 def peak_line(peak: dict, largest: int = 3) -> str:

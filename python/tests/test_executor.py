@@ -659,6 +659,72 @@ def test_fresh_optimizer_first_step_eager_then_planned():
         assert abs(float(l) - float(le)) <= 1e-5 * abs(float(le))
     assert modes == ["eager", "planned", "planned"]
     assert rel_diff(model, eag_m) <= 1e-5
+    # why the first step was not planned: the new state beside the arena would be more than
+    # an eager first step holds
+    assert "more than an eager first step" in step.reports[0].reason
+
+
+class WideMLP(nn.Module):
+    """Many parameter bytes, few activation bytes: Adam's state and the gradients dominate an
+    eager first step, so a planned first step with the state created first holds less."""
+
+    def __init__(self, depth=8):
+        super().__init__()
+        self.fc_in = nn.Linear(64, 256)
+        self.hidden = nn.ModuleList(nn.Linear(256, 256) for _ in range(depth))
+        self.fc_out = nn.Linear(256, 5)
+
+    def forward(self, x):
+        x = F.relu(self.fc_in(x))
+        for fc in self.hidden:
+            x = F.relu(fc(x))
+        return self.fc_out(x)
+
+
+def test_fresh_optimizer_first_step_planned_and_below_eager():
+    """Issue 13: a fresh Adam's first step is planned too: its state is created as zeros (what
+    Adam's own first step starts from) before the step, and the step then holds that state +
+    the arena, measured below the ordinary eager first step (same pass-through counting);
+    loss and parameters equal the eager loop's."""
+    from roam.executor.api import zero_state_template
+    from roam.run import measured
+    torch.manual_seed(0)
+    model = WideMLP()
+    o = torch.optim.Adam(model.parameters(), lr=1e-2)
+    eag_m, eag_o = copy.deepcopy((model, o))
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(2, 64, generator=g), torch.randint(0, 5, (2,), generator=g))
+               for _ in range(3)]
+    step = optimize(model, o, F.cross_entropy, batches[0], debug=True)
+    assert not o.state
+    le, eager_first = measured(lambda: eager_step(eag_m, eag_o, F.cross_entropy, batches[1]))
+    l = step(*batches[1])
+    rep = step.last_report
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert rep.mode == "planned", rep.reason
+    # Adam's state: exp_avg and exp_avg_sq shaped like each parameter, a float32 step each
+    assert rep.state_created_bytes == 2 * params + 4 * len(list(model.parameters()))
+    assert rep.total_peak_bytes == rep.state_created_bytes + rep.arena_bytes + \
+        rep.fallback_peak_bytes
+    assert rep.total_peak_bytes <= eager_first
+    # the estimate it planned on is a lower bound of the measured eager first step
+    assert rep.state_created_bytes + params <= rep.eager_first_step_bytes <= eager_first
+    assert "first step of a fresh optimizer" in rep.describe()
+    assert torch.equal(l, le) and same_params(model, eag_m)
+    assert same_state(o, eag_o, model, eag_m)
+    le2 = eager_step(eag_m, eag_o, F.cross_entropy, batches[2])
+    l2 = step(*batches[2])
+    assert step.last_report.mode == "planned" and step.last_report.state_created_bytes == 0
+    assert torch.equal(l2, le2) and same_params(model, eag_m)
+    # zeros are exact for Adam, AdamW and SGD with momentum; SGD with dampening copies the
+    # gradient on its first step, so zeros are not exact and its first step runs eagerly
+    tpl, why = zero_state_template(torch.optim.Adam(model.parameters()))
+    assert why is None and tpl[0]["exp_avg"] == ("param", None) and tpl[0]["step"][0] == "scalar"
+    assert zero_state_template(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))[1] \
+        is None
+    tpl, why = zero_state_template(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                                                   dampening=0.5))
+    assert tpl is None and "does not start from zeros" in why
 
 
 def test_optimize_leaves_model_and_rng_untouched():

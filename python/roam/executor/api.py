@@ -15,8 +15,10 @@ from its planned workspace block in request order (first fit); what does not fit
 served from arena bytes free at that moment (``workspaces="arena"``, the default), else from
 the fallback heap. A planned step whose measured total is above the same graph run eagerly
 is warned once; every later step then runs the program order with ordinary allocation
-(``mode="program"``). The first step of a fresh optimizer (no state yet) is an ordinary eager
-step, so its peak is eager's.
+(``mode="program"``). The first step of a fresh optimizer (no state yet) is planned too when
+zeros of its state are exactly what its own first step starts from and the state + arena stay
+below a lower bound of an eager first step; otherwise it is an ordinary eager step, so its
+peak is eager's (README.md, "A fresh optimizer's first step").
 
 Safety: the plan is validated against the graph first; a run that diverges from it (an output
 not at its planned offset, a planned slot still occupied) switches to ordinary allocation for
@@ -176,6 +178,10 @@ class StepReport:
     escaped_arena_blocks: int = 0      # arena blocks still referenced after the step
     seconds: float = 0.0
     resident_bytes: int = 0            # parameters, buffers, optimizer state, batch (the plan's)
+    state_created_bytes: int = 0       # first step of a fresh optimizer: the state it created
+                                       # (zeros, before the step; counted in total_peak_bytes)
+    eager_first_step_bytes: Optional[int] = None  # that step's eager peak, estimated from the
+                                       # graph (program order, state created at first use)
     at_peak: Optional[str] = None      # what is live at the plan's peak (roam plan's line)
 
     @property
@@ -211,6 +217,17 @@ class StepReport:
         used = (f"step {self.step} ({self.mode}): {self.total_peak_bytes / mib:.2f} MiB above "
                 f"the resident tensors (arena {self.arena_bytes / mib:.2f} + fallback heap peak "
                 f"{self.fallback_peak_bytes / mib:.2f})")
+        if self.state_created_bytes:
+            used = (f"step {self.step} ({self.mode}, the first step of a fresh optimizer): "
+                    f"{self.total_peak_bytes / mib:.2f} MiB above what existed before it (the "
+                    f"optimizer state it created, {self.state_created_bytes / mib:.2f}, + arena "
+                    f"{self.arena_bytes / mib:.2f} + fallback heap peak "
+                    f"{self.fallback_peak_bytes / mib:.2f})")
+            if self.eager_first_step_bytes is not None:
+                used += (f"; an eager first step holds at least about "
+                         f"{self.eager_first_step_bytes / mib:.2f} MiB (estimated from the graph: "
+                         f"it creates the whole state while every gradient is held)")
+            return used
         if self.saved_bytes is None:
             return used
         if self.saved_bytes >= 0:
@@ -289,6 +306,57 @@ class StepReport:
 
 # ---------------------------------------------------------------- the step
 
+NO_STATE = "the optimizer has no state yet (its first step creates it)"
+
+
+def zero_state_template(optimizer: torch.optim.Optimizer):
+    """``(template, None)`` when starting a fresh ``optimizer``'s first step from zeros of the
+    state that step creates gives the step itself bit for bit, else ``(None, why)``.
+    ``template[group]`` maps each state key to ``("param", None)`` (a tensor shaped like its
+    parameter) or ``("scalar", t)`` (zeros like ``t``, e.g. Adam's ``step``). Checked per
+    parameter group on a dummy parameter of 5 elements with two random gradients, the
+    optimizer's own ``step()`` run from no state and from the zeros (hyper-parameters
+    as they are; the optimizer is restored afterwards). Adam, AdamW, RMSprop: exact; SGD with
+    momentum: exact without dampening (its first step copies the gradient)."""
+    from collections import defaultdict
+    from .scalars import _raw_step
+    out = []
+    saved_groups, saved_state = optimizer.param_groups, optimizer.state
+    try:
+        for gi, group in enumerate(saved_groups):
+            kinds = None
+            for trial in range(2):
+                gen = torch.Generator().manual_seed(1234 + trial)
+                p0 = torch.randn(5, generator=gen)
+                grad = torch.randn(5, generator=gen)
+                runs = []
+                for start in ("none", "zeros"):
+                    d = torch.nn.Parameter(p0.clone())
+                    d.grad = grad.clone()
+                    optimizer.param_groups = [dict(group, params=[d])]
+                    optimizer.state = defaultdict(dict)
+                    if start == "zeros":
+                        optimizer.state[d] = {
+                            k: torch.zeros_like(v) for k, v in runs[0][1].items()}
+                    with torch.no_grad():
+                        _raw_step(optimizer)
+                    runs.append((d.detach().clone(), dict(optimizer.state[d])))
+                (pa, sa), (pb, sb) = runs
+                if any(not isinstance(v, torch.Tensor) for v in sa.values()):
+                    return None, (f"the optimizer's state holds values other than tensors "
+                                  f"(group {gi})")
+                if not torch.equal(pa, pb) or set(sa) != set(sb) or \
+                        any(not torch.equal(sa[k], sb[k]) for k in sa):
+                    return None, (f"the optimizer's first step does not start from zeros of its "
+                                  f"state (group {gi})")
+                kinds = {k: ("param", None) if v.shape == p0.shape else
+                         ("scalar", torch.zeros_like(v)) for k, v in sa.items()}
+            out.append(kinds)
+    finally:
+        optimizer.param_groups, optimizer.state = saved_groups, saved_state
+    return out, None
+
+
 def _sig(t: torch.Tensor):
     return (tuple(t.shape), t.dtype, tuple(t.stride()), t.device.type)
 
@@ -342,6 +410,9 @@ class RoamStep:
         self.program_order_reason: Optional[str] = None
         self._warned = set()
         self._count = 0
+        self._zero_state = None        # zero_state_template(optimizer), computed on first need
+        self._first_estimate = None    # _first_step_estimate(), cached
+        self._created_for: List[torch.Tensor] = []
         N = native()
         gm = captured.traced.gm
         state = captured.state
@@ -454,7 +525,7 @@ class RoamStep:
             return None, None, str(e)
         if (list(st.state_index), [tuple(k) for k in st.state_keys]) != self._state_layout:
             if not st.state_index:
-                return None, None, "the optimizer has no state yet (its first step creates it)"
+                return None, None, NO_STATE
             return None, None, "the optimizer state differs from the captured one"
         flat = _flatten_state(st)
         sig = [_sig(t) for t in flat]
@@ -466,6 +537,103 @@ class RoamStep:
                                 "the number of tensors differs from the captured step")
         flat = [t.detach() for t in flat]
         return flat, list(st.params), None
+
+    def _first_step_estimate(self) -> Tuple[int, int]:
+        """``(state bytes, eager first-step bytes)`` from the graph: the optimizer state's
+        bytes, and a lower bound on what an eager first step (``loss.backward();
+        optimizer.step(); optimizer.zero_grad()``) holds above what existed before it: the
+        larger of (1) the most bytes live at any step of the program order (Tp's curve,
+        kernel workspaces included) plus the state created by then, each state tensor counted
+        from the first op that uses it, and (2) every gradient of a parameter with state plus
+        the whole state: torch's optimizers create a group's state before its first update,
+        while every ``.grad`` is still held. The caller takes off the bytes by which the graph
+        run eagerly measured below Tp."""
+        if self._first_estimate is None:
+            from ..headline import live_at_peak
+            g = self.graph
+            order = [op["id"] for op in g["ops"]]
+            curve = live_at_peak(g, order, self.alignment)["per_step"]
+            tensors = {t["id"]: t for t in g["tensors"]}
+
+            def root(tid):
+                while tensors[tid].get("alias_of") is not None:
+                    tid = tensors[tid]["alias_of"]
+                return tid
+            state = {t["id"]: int(t["size"]) for t in g["tensors"]
+                     if t.get("role") == "optimizer_state"}
+            at = [0] * (len(order) + 1)
+            seen = set()
+            for k, op in enumerate(g["ops"]):
+                for tid in list(op.get("inputs", [])) + list(op.get("outputs", [])):
+                    r = root(tid)
+                    if r in state and r not in seen:
+                        seen.add(r)
+                        at[k] += state[r]
+            best, run = 0, 0
+            for k, live in enumerate(curve):
+                run += at[k]
+                best = max(best, live + run)
+            st = self.captured.state
+            grads = sum(st.params[i].numel() * st.params[i].element_size()
+                        for i in st.state_index)
+            self._first_estimate = (sum(state.values()),
+                                    max(best, sum(state.values()) + grads))
+        return self._first_estimate
+
+    def _create_first_state(self, inputs) -> Tuple[int, Optional[int], Optional[str]]:
+        """For a fresh optimizer: create its state as its own first step starts from it
+        (zeros; checked on a dummy to give the optimizer's first step bit for bit) when the
+        planned step with that state holds no more than an eager first step. Returns
+        ``(bytes created, eager first-step estimate, None)`` or ``(0, None, why not)``."""
+        from ..capture.trace import make_state
+        mib = 1 << 20
+        if self._zero_state is None:
+            self._zero_state = zero_state_template(self.optimizer)
+        template, why = self._zero_state
+        if why is not None:
+            return 0, None, why
+        state_bytes, eager_first = self._first_step_estimate()
+        below = max(0, self.tp_program - (self.eager_peak_bytes or self.tp_program))
+        planned = state_bytes + self.planned_arena_bytes
+        if planned > eager_first - below:
+            return 0, None, (f"a planned first step would hold the new state "
+                             f"({state_bytes / mib:.2f} MiB) beside the arena "
+                             f"({self.planned_arena_bytes / mib:.2f} MiB), more than an eager "
+                             f"first step (about {(eager_first - below) / mib:.2f} MiB)")
+        st = make_state(self.model, self.optimizer, self.loss_fn, inputs,
+                        n_loss_inputs=self.n_loss_inputs)
+        idx, keys = self._state_layout
+        group_of = {}
+        for gi, members in enumerate(st.group_index):
+            for i in members:
+                group_of[i] = gi
+        plan = []
+        for i, ks in zip(idx, keys):
+            kinds = template[group_of[i]]
+            if set(kinds) != set(ks):
+                return 0, None, (f"the optimizer's first step creates state {sorted(kinds)}, "
+                                 f"the captured step holds {sorted(ks)}")
+            plan.append((st.params[i], ks, kinds))
+        created = 0
+        self._created_for = []
+        with torch.no_grad():
+            for p, ks, kinds in plan:
+                d = {}
+                for k in ks:
+                    kind, like = kinds[k]
+                    t = (torch.zeros_like(p, memory_format=torch.preserve_format)
+                         if kind == "param" else torch.zeros_like(like))
+                    d[k] = t
+                    created += t.numel() * t.element_size()
+                self.optimizer.state[p] = d
+                self._created_for.append(p)
+        return created, eager_first - below, None
+
+    def _drop_state(self) -> None:
+        """Undo _create_first_state (the step then runs eagerly and creates its own)."""
+        for p in getattr(self, "_created_for", []):
+            self.optimizer.state.pop(p, None)
+        self._created_for = []
 
     def _eager_step(self, inputs) -> torch.Tensor:
         from ..capture.trace import primary_output
@@ -483,8 +651,24 @@ class RoamStep:
         self._count += 1
         inputs = tuple(inputs)
         flat, params, reason = self._bind(inputs)
+        created, first_estimate = 0, None
+        if reason == NO_STATE and self.program is not None and self.program_order_reason is None:
+            # a fresh optimizer: create its state as its own first step would start from it
+            # (zeros), when that is exact and the planned step then holds no more than an
+            # eager first step; else an eager step
+            created, first_estimate, why = self._create_first_state(inputs)
+            if why is None:
+                flat, params, reason = self._bind(inputs)
+                if reason is not None:
+                    self._drop_state()
+                    created, first_estimate = 0, None
+            else:
+                reason = f"{NO_STATE}; {why}"
         if reason is None:
             reason = self.scalars.refresh(params)
+            if reason is not None and created:
+                self._drop_state()
+                created, first_estimate = 0, None
         if reason is not None:
             self._warn_once("eager:" + reason.split(":")[0],
                             f"roam: {reason}; running an ordinary eager step")
@@ -508,7 +692,9 @@ class RoamStep:
             return loss
 
         eager_peak = self.eager_peak_bytes
-        if self.measure_eager == "every":
+        if created:
+            eager_peak = None  # the calibrated figure is a steady step's; see first_estimate
+        elif self.measure_eager == "every":
             eager_peak = self._measure_eager(flat)
         if self.program is None or self.program_order_reason is not None:
             prog, session = self.eager_program, native().Session()
@@ -544,8 +730,10 @@ class RoamStep:
             step=self._count, loss=float(loss), mode=mode,
             planned_arena_bytes=self.planned_arena_bytes,
             arena_bytes=int(st["arena_bytes"]), arena_used_bytes=int(st["arena_high_water"]),
-            fallback_peak_bytes=int(st["fallback_peak"]), total_peak_bytes=int(st["total_peak"]),
+            fallback_peak_bytes=int(st["fallback_peak"]),
+            total_peak_bytes=int(st["total_peak"]) + created,
             eager_peak_bytes=eager_peak, planned_saving_bytes=self.planned_saving_bytes,
+            state_created_bytes=created, eager_first_step_bytes=first_estimate,
             arena_allocs=int(st["arena_allocs"]), fallback_allocs=int(st["fallback_allocs"]),
             arena_workspaces=int(st["arena_workspaces"]),
             block_workspaces=int(st.get("block_workspaces", 0)), mismatch=mismatch,
