@@ -470,6 +470,17 @@ class RoamStep:
         # calibration on copies of the captured tensors: which allocation of an op is its
         # output (kernels may allocate a workspace of the output's size first) + eager peak
         self.eager_peak_bytes = self._measure_eager(_flatten_state(state), calibrate=True)
+        if self.program is not None and self.eager_peak_bytes is not None and \
+                not trust_plan and self.planned_arena_bytes > self.eager_peak_bytes:
+            # the arena is held for the whole step: a plan whose arena alone is above the same
+            # graph run eagerly cannot save anything (an op's measured scratch counts beside
+            # all its outputs in the plan, while eagerly it may peak before they exist)
+            self.program_order_reason = (
+                f"the plan's arena ({self.planned_arena_bytes} B) is above the "
+                f"{self.eager_peak_bytes} B of the same graph run eagerly, so a planned step "
+                f"cannot hold less")
+            warnings.warn(f"roam: {self.program_order_reason}; running the program order with "
+                          f"ordinary allocation", stacklevel=3)
         if self.program is not None:
             self.session.configure(self.planned_arena_bytes, self.alignment,
                                    self.program.session_schedule(self.ranks),
@@ -830,7 +841,8 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     global RNG state is restored). ``debug``: the allocator checks every allocation against
     every live block. ``measure_eager``: ``"once"`` (the eager peak of the calibration run is
     reported with every step) or ``"every"`` (measured again before each step, on copies).
-    ``trust_plan``: skip the validator (tests of the run-time checks). ``workspaces``:
+    ``trust_plan``: skip the validator and the check that the plan's arena is not above the
+    same graph run eagerly (tests of the run-time checks). ``workspaces``:
     ``"arena"`` (default) serves each op's internal allocations from its planned workspace
     block (plan ``workspace_offsets``, sub-allocated in request order), then those of at least
     4 KiB from arena bytes free at that moment; ``"heap"`` sends every unplanned allocation
