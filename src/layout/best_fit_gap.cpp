@@ -37,6 +37,125 @@ struct Placed {
   int32_t last;
 };
 
+// The placed storages in increasing offset, kept in chunks of at most 2 * kChunk so that an
+// insertion moves O(kChunk) entries instead of O(n).
+class OffsetList {
+ public:
+  static constexpr size_t kChunk = 512;
+  void insert(const Placed& p) {
+    if (chunks_.empty()) {
+      chunks_.push_back({p});
+      return;
+    }
+    auto it = std::upper_bound(chunks_.begin(), chunks_.end(), p.offset,
+                               [](uint64_t o, const std::vector<Placed>& c) { return o < c.back().offset; });
+    if (it == chunks_.end()) --it;
+    std::vector<Placed>& c = *it;
+    c.insert(std::upper_bound(c.begin(), c.end(), p.offset,
+                              [](uint64_t o, const Placed& q) { return o < q.offset; }),
+             p);
+    if (c.size() > 2 * kChunk) {
+      std::vector<Placed> upper(c.begin() + kChunk, c.end());
+      c.resize(kChunk);
+      chunks_.insert(it + 1, std::move(upper));
+    }
+  }
+  /// Calls f(p) in increasing offset until it returns false.
+  template <typename F>
+  void scan(F f) const {
+    for (const auto& c : chunks_) {
+      for (const Placed& p : c) {
+        if (!f(p)) return;
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<Placed>> chunks_;
+};
+
+// Finds the placed storages whose live interval meets [first, last] without looking at the
+// others: every storage has a leaf (storages sorted by first step), a node holds the largest
+// last step among the placed storages below it; the storages with first step <= `last` are a
+// prefix of the leaves, and a subtree whose largest last step is below `first` holds none.
+// O((k + 1) log n) for k results; counting them first is O(log T) (two Fenwick trees over
+// steps), so that the caller can choose between collecting and scanning everything.
+class IntervalIndex {
+ public:
+  IntervalIndex(const Liveness& live, size_t n) : first_(live.first), last_(live.last) {
+    order_.resize(n);
+    for (size_t s = 0; s < n; ++s) order_[s] = static_cast<StorageIdx>(s);
+    std::sort(order_.begin(), order_.end(), [&](StorageIdx a, StorageIdx b) {
+      return first_[a] != first_[b] ? first_[a] < first_[b] : a < b;
+    });
+    leaf_of_.resize(n);
+    for (size_t i = 0; i < n; ++i) leaf_of_[order_[i]] = static_cast<int32_t>(i);
+    while (size_ < n) size_ *= 2;
+    max_last_.assign(2 * size_, -1);
+    int32_t steps = 1;
+    for (size_t s = 0; s < n; ++s) steps = std::max(steps, last_[s] + 1);
+    by_last_.assign(steps + 1, 0);
+    by_first_.assign(steps + 1, 0);
+  }
+  void add(StorageIdx s) {
+    size_t i = size_ + leaf_of_[s];
+    max_last_[i] = last_[s];
+    for (i /= 2; i >= 1; i /= 2) max_last_[i] = std::max(max_last_[2 * i], max_last_[2 * i + 1]);
+    fenwick_add(by_last_, last_[s]);
+    fenwick_add(by_first_, first_[s]);
+    ++count_;
+  }
+  size_t count() const { return count_; }
+  /// How many placed storages are live at some step of [first, last].
+  size_t count_meeting(int32_t first, int32_t last) const {
+    return count_ - fenwick_prefix(by_last_, first - 1) -
+           (count_ - fenwick_prefix(by_first_, last));
+  }
+  /// Appends the placed storages live at some step of [first, last] to `out`.
+  void collect_meeting(int32_t first, int32_t last, std::vector<StorageIdx>& out) const {
+    // Leaves [0, end) have first step <= last.
+    const size_t end = static_cast<size_t>(
+        std::upper_bound(order_.begin(), order_.end(), last,
+                         [&](int32_t l, StorageIdx s) { return l < first_[s]; }) -
+        order_.begin());
+    collect(1, 0, size_, end, first, out);
+  }
+
+ private:
+  void collect(size_t node, size_t lo, size_t hi, size_t end, int32_t first,
+               std::vector<StorageIdx>& out) const {
+    if (lo >= end || max_last_[node] < first) return;
+    if (hi - lo == 1) {
+      out.push_back(order_[lo]);
+      return;
+    }
+    const size_t mid = (lo + hi) / 2;
+    collect(2 * node, lo, mid, end, first, out);
+    collect(2 * node + 1, mid, hi, end, first, out);
+  }
+  // Fenwick trees over steps 0..T-1 (index step + 1).
+  static void fenwick_add(std::vector<size_t>& f, int32_t step) {
+    for (size_t i = static_cast<size_t>(step) + 1; i < f.size(); i += i & (~i + 1)) ++f[i];
+  }
+  static size_t fenwick_prefix(const std::vector<size_t>& f, int32_t step) {  // steps <= step
+    size_t total = 0;
+    if (step < 0) return 0;
+    for (size_t i = std::min(static_cast<size_t>(step) + 1, f.size() - 1); i > 0; i -= i & (~i + 1)) {
+      total += f[i];
+    }
+    return total;
+  }
+
+  const std::vector<int32_t>& first_;
+  const std::vector<int32_t>& last_;
+  std::vector<StorageIdx> order_;
+  std::vector<int32_t> leaf_of_;
+  size_t size_ = 1;
+  std::vector<int32_t> max_last_;
+  std::vector<size_t> by_last_, by_first_;
+  size_t count_ = 0;
+};
+
 }  // namespace
 
 Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignment,
@@ -50,10 +169,14 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
   Layout out;
   out.offsets.assign(n, 0);
   std::vector<bool> seen(n, false);
-  // Every placed storage, sorted by offset: one linear pass finds the conflicting ones in offset
-  // order, so the gaps come out directly (no per-storage sort).
-  std::vector<Placed> placed;
-  placed.reserve(n);
+  OffsetList placed;
+  IntervalIndex index(live, n);
+  std::vector<StorageIdx> meeting;
+  std::vector<Placed> conflicts;
+  // Collecting k conflicting storages and sorting them costs about k * 2 log2(n) steps; a scan
+  // of every placed storage one step each.
+  size_t log_n = 1;
+  while ((size_t{1} << log_n) < n) ++log_n;
   uint64_t arena = 0;
   for (StorageIdx s : sequence) {
     if (s < 0 || static_cast<size_t>(s) >= n || seen[s]) {
@@ -65,32 +188,50 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
     const int32_t first = live.first[s];
     const int32_t last = live.last[s];
 
-    // `cursor` is the largest end among the conflicting storages seen so far; a conflicting
-    // storage starting above it leaves the gap [cursor, its offset).
+    // The conflicting storages in increasing offset; `cursor` is the largest end among those
+    // seen so far, and one starting above it leaves the gap [cursor, its offset).
     uint64_t cursor = 0;
     uint64_t best_gap = std::numeric_limits<uint64_t>::max();
     uint64_t best_offset = 0;
     bool found = false;
-    for (const Placed& p : placed) {
-      if (p.last < first || p.first > last) continue;  // live intervals disjoint: no conflict
+    auto visit = [&](const Placed& p) {
       if (p.offset > cursor) {
         const uint64_t gap = p.offset - cursor;
         if (gap >= size && gap < best_gap) {  // strict: ties keep the lower offset
           best_gap = gap;
           best_offset = cursor;
           found = true;
-          if (gap == size) break;  // an exact fit cannot be beaten
+          if (gap == size) return false;  // an exact fit cannot be beaten
         }
       }
       cursor = std::max(cursor, p.end);
+      return true;
+    };
+    const size_t k = index.count_meeting(first, last);
+    if (k * 2 * log_n < index.count()) {
+      meeting.clear();
+      index.collect_meeting(first, last, meeting);
+      conflicts.clear();
+      for (StorageIdx t : meeting) {
+        const uint64_t t_size = align_up(g.storages[t].size, alignment);
+        conflicts.push_back({out.offsets[t], out.offsets[t] + t_size, live.first[t], live.last[t]});
+      }
+      std::sort(conflicts.begin(), conflicts.end(),
+                [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+      for (const Placed& p : conflicts) {
+        if (!visit(p)) break;
+      }
+    } else if (k > 0) {
+      placed.scan([&](const Placed& p) {
+        if (p.last < first || p.first > last) return true;  // live intervals disjoint
+        return visit(p);
+      });
     }
     const uint64_t offset = found ? best_offset : cursor;
     out.offsets[s] = offset;
     arena = std::max(arena, offset + size);
-    const Placed entry{offset, offset + size, first, last};
-    auto pos = std::upper_bound(placed.begin(), placed.end(), offset,
-                                [](uint64_t o, const Placed& p) { return o < p.offset; });
-    placed.insert(pos, entry);
+    placed.insert({offset, offset + size, first, last});
+    index.add(s);
   }
   out.reserved_bytes = arena;
   return out;

@@ -9,75 +9,82 @@
 #include <stdexcept>
 
 #include "roam/order.h"
-#include "lescea_pick.h"
+#include "list_schedule.h"
 #include "roam/roam_order.h"
 
 namespace roam {
 
 namespace {
 
-// Live-memory bookkeeping of a list scheduler: which storages are live, which die when an op
-// runs. Sizes are rounded up to the alignment.
+// Live-memory bookkeeping of a list scheduler over the whole graph. Sizes are rounded up to the
+// alignment. An op's grow (bytes it adds while it runs: the storages it produces) is fixed; the
+// bytes it frees change as other ops run and are kept up to date: when a storage is down to one
+// user that has not run, that user (the XOR of the users not yet run) will free it.
 class MemorySim {
  public:
   MemorySim(const Graph& g, uint64_t alignment)
-      : g_(g), alignment_(alignment), new_bytes_(g.ops.size(), 0),
-        remaining_users_(g.storages.size()), waiting_(g.ops.size()) {
-    for (const Storage& s : g.storages) new_bytes_[s.producer] += align_up(s.size, alignment);
+      : g_(g), alignment_(alignment), new_bytes_(g.ops.size(), 0), freed_(g.ops.size(), 0),
+        remaining_users_(g.storages.size()), unrun_users_xor_(g.storages.size(), 0),
+        waiting_(g.ops.size()), ready_(g.num_ops()) {
     for (StorageIdx s = 0; s < g.num_storages(); ++s) {
-      remaining_users_[s] = static_cast<int32_t>(g.storages[s].users.size());
+      const Storage& st = g.storages[s];
+      new_bytes_[st.producer] += size(s);
+      remaining_users_[s] = static_cast<int32_t>(st.users.size());
+      for (OpIdx u : st.users) unrun_users_xor_[s] ^= u;
+      if (st.users.size() == 1 && !st.graph_output) freed_[st.users[0]] += size(s);
     }
     for (OpIdx v = 0; v < g.num_ops(); ++v) {
       waiting_[v] = static_cast<int32_t>(g.preds[v].size());
-      if (waiting_[v] == 0) ready_.push_back(v);
+      if (waiting_[v] == 0) ready_.insert(v, new_bytes_[v], net(v));
     }
   }
-  /// Ready ops, sorted by program position.
-  const std::vector<OpIdx>& ready() const { return ready_; }
+  const order_internal::ReadyQueue& ready() const { return ready_; }
   uint64_t live() const { return live_; }
   uint64_t running_peak() const { return running_peak_; }
-  /// Live bytes while v runs (inputs and outputs together).
-  uint64_t step_peak(OpIdx v) const { return live_ + new_bytes_[v]; }
-  /// Live bytes right after v runs: its step peak less the storages whose last user is v.
-  uint64_t after(OpIdx v) const {
-    uint64_t freed = 0;
+  /// Runs v (ready).
+  void run(OpIdx v) {
+    ready_.erase(v);
+    running_peak_ = std::max(running_peak_, live_ + new_bytes_[v]);
+    live_ = live_ + new_bytes_[v] - freed_[v];
     for (StorageIdx s : g_.op_storages[v]) {
-      if (remaining_users_[s] == 1 && !g_.storages[s].graph_output) {
-        freed += align_up(g_.storages[s].size, alignment_);
-      }
+      unrun_users_xor_[s] ^= v;
+      if (--remaining_users_[s] != 1 || g_.storages[s].graph_output) continue;
+      const OpIdx last = unrun_users_xor_[s];
+      freed_[last] += size(s);
+      if (ready_.contains(last)) ready_.update(last, new_bytes_[last], net(last));
     }
-    return step_peak(v) - freed;
-  }
-  /// Runs ready()[i]; returns the op.
-  OpIdx run(size_t i) {
-    const OpIdx v = ready_[i];
-    ready_.erase(ready_.begin() + static_cast<std::ptrdiff_t>(i));
-    running_peak_ = std::max(running_peak_, step_peak(v));
-    live_ = after(v);
-    for (StorageIdx s : g_.op_storages[v]) --remaining_users_[s];
     for (OpIdx w : g_.succs[v]) {
-      if (--waiting_[w] == 0) ready_.insert(std::lower_bound(ready_.begin(), ready_.end(), w), w);
+      if (--waiting_[w] == 0) ready_.insert(w, new_bytes_[w], net(w));
     }
-    return v;
   }
 
  private:
+  uint64_t size(StorageIdx s) const { return align_up(g_.storages[s].size, alignment_); }
+  int64_t net(OpIdx v) const {
+    return static_cast<int64_t>(new_bytes_[v]) - static_cast<int64_t>(freed_[v]);
+  }
   const Graph& g_;
   uint64_t alignment_;
   std::vector<uint64_t> new_bytes_;
-  std::vector<int32_t> remaining_users_;
+  std::vector<uint64_t> freed_;           // bytes v frees when it runs now
+  std::vector<int32_t> remaining_users_;  // users not yet run
+  std::vector<OpIdx> unrun_users_xor_;    // XOR of the users not yet run
   std::vector<int32_t> waiting_;
-  std::vector<OpIdx> ready_;
+  order_internal::ReadyQueue ready_;
   uint64_t live_ = 0, running_peak_ = 0;
 };
 
-// Runs a list scheduler: `pick` returns the index in sim.ready() of the op to run next.
+// Runs a list scheduler: `pick(ready, live, running peak)` returns the op to run next.
 template <typename Pick>
 Order list_schedule(const Graph& g, uint64_t alignment, Pick pick) {
   MemorySim sim(g, alignment);
   Order order;
   order.reserve(g.ops.size());
-  while (!sim.ready().empty()) order.push_back(sim.run(pick(sim)));
+  while (!sim.ready().empty()) {
+    const OpIdx v = pick(sim.ready(), sim.live(), sim.running_peak());
+    sim.run(v);
+    order.push_back(v);
+  }
   return order;
 }
 
@@ -86,25 +93,11 @@ Order list_schedule(const Graph& g, uint64_t alignment, Pick pick) {
 Order order_program(const Graph& g) { return g.program_order(); }
 
 Order order_lescea(const Graph& g, uint64_t alignment) {
-  return list_schedule(g, alignment, [](const MemorySim& sim) {
-    return order_internal::lescea_pick(sim, sim.running_peak());
-  });
+  return list_schedule(g, alignment, order_internal::pick_lescea);
 }
 
 Order order_lpmf(const Graph& g, uint64_t alignment) {
-  return list_schedule(g, alignment, [](const MemorySim& sim) {
-    // Least peak memory first: lexicographic minimum of (peak so far if the op runs next,
-    // live bytes after it, program position).
-    const auto& ready = sim.ready();
-    size_t best = 0;
-    std::pair<uint64_t, uint64_t> best_key{std::numeric_limits<uint64_t>::max(), 0};
-    for (size_t i = 0; i < ready.size(); ++i) {
-      const std::pair<uint64_t, uint64_t> key{std::max(sim.running_peak(), sim.step_peak(ready[i])),
-                                              sim.after(ready[i])};
-      if (key < best_key) { best_key = key; best = i; }
-    }
-    return best;
-  });
+  return list_schedule(g, alignment, order_internal::pick_lpmf);
 }
 
 Order order_bfs(const Graph& g) {

@@ -7,7 +7,7 @@
 //   step(S, v) = mem(S) + bytes born at v,   mem(S + v) = step(S, v) - bytes whose last user is v.
 // The segment's peak is max over its steps of step + constant.
 #include "roam_segment.h"
-#include "lescea_pick.h"
+#include "list_schedule.h"
 
 #include <algorithm>
 #include <array>
@@ -51,98 +51,121 @@ uint64_t initial_live(const SegmentProblem& p) {
   return live;
 }
 
-// List-scheduling simulator over the segment model.
+// List-scheduling simulator over the segment model. Each op's grow (bytes born at it: storages
+// it gives birth to that are not born yet) and freed (bytes whose last user it is, or born at it
+// with no user left) are kept up to date as ops run, so that a step costs O(log k) plus the
+// op's touches (list_schedule.h):
+//   a storage's birth takes it out of the grow of its other birth ops;
+//   a storage down to one user that has not run (the XOR of those users) is freed by that user;
+//   a storage left with no user before its birth is freed by whichever birth op runs first.
 class SegSim {
  public:
   explicit SegSim(const SegmentProblem& p)
-      : p_(p), rem_(p.storages.size()), born_(p.storages.size(), 0), waiting_(p.k) {
+      : p_(p), rem_(p.storages.size()), unrun_xor_(p.storages.size(), 0),
+        born_(p.storages.size(), 0), birth_only_(p.storages.size()), grow_(p.k, 0),
+        freed_(p.k, 0), waiting_(p.k), ready_(p.k) {
     for (size_t s = 0; s < p.storages.size(); ++s) {
       rem_[s] = static_cast<int32_t>(p.storages[s].users.size());
+      for (int32_t u : p.storages[s].users) unrun_xor_[s] ^= u;
+    }
+    for (int32_t v = 0; v < p.k; ++v) {
+      for (auto [s, f] : p.touch[v]) {
+        const SegStorage& st = p.storages[s];
+        if ((f & kBirth) && !(f & kUser)) birth_only_[s].push_back(v);
+        if ((f & kBirth) && !st.pre) grow_[v] += st.size;
+        if (st.escape) continue;
+        if ((f & kUser) ? rem_[s] == 1 : ((f & kBirth) && !st.pre && rem_[s] == 0)) {
+          freed_[v] += st.size;
+        }
+      }
     }
     for (int32_t v = 0; v < p.k; ++v) {
       waiting_[v] = static_cast<int32_t>(p.preds[v].size());
-      if (waiting_[v] == 0) ready_.push_back(v);
+      if (waiting_[v] == 0) ready_.insert(v, grow_[v], net(v));
     }
     live_ = initial_live(p);
   }
-  const std::vector<int32_t>& ready() const { return ready_; }
+  const order_internal::ReadyQueue& ready() const { return ready_; }
   uint64_t live() const { return live_; }
   uint64_t peak() const { return peak_; }
-  uint64_t step_peak(int32_t v) const {
-    uint64_t add = 0;
-    for (auto [s, f] : p_.touch[v]) {
-      if ((f & kBirth) && !p_.storages[s].pre && !born_[s]) add += p_.storages[s].size;
-    }
-    return live_ + add;
-  }
-  uint64_t after(int32_t v) const {
-    uint64_t freed = 0;
+  uint64_t step_peak(int32_t v) const { return live_ + grow_[v]; }
+  /// Runs v (ready).
+  void run(int32_t v) {
+    ready_.erase(v);
+    const uint64_t step = step_peak(v);
+    peak_ = std::max(peak_, step);
+    live_ = step - freed_[v];
     for (auto [s, f] : p_.touch[v]) {
       const SegStorage& st = p_.storages[s];
-      if (st.escape) continue;
-      // Dies at v when v is its last user, or when it is born at v with no user at all.
-      const bool born_now = !st.pre && !born_[s] && (f & kBirth);
-      const int32_t left = rem_[s] - ((f & kUser) ? 1 : 0);
-      if (left == 0 && ((f & kUser) || born_now)) freed += st.size;
-    }
-    return step_peak(v) - freed;
-  }
-  int32_t run(size_t i) {
-    const int32_t v = ready_[i];
-    ready_.erase(ready_.begin() + static_cast<std::ptrdiff_t>(i));
-    const uint64_t step = step_peak(v);
-    const uint64_t next = after(v);
-    peak_ = std::max(peak_, step);
-    live_ = next;
-    for (auto [s, f] : p_.touch[v]) {
-      if (f & kBirth) born_[s] = 1;
-      if (f & kUser) --rem_[s];
+      if ((f & kBirth) && !born_[s]) {
+        born_[s] = 1;
+        if (!st.pre) {
+          for (int32_t u : st.births) change(u, -static_cast<int64_t>(st.size), 0);
+          if (!st.escape && rem_[s] == 0) {
+            for (int32_t u : birth_only_[s]) change(u, 0, -static_cast<int64_t>(st.size));
+          }
+        }
+      }
+      if (f & kUser) {
+        unrun_xor_[s] ^= v;
+        --rem_[s];
+        if (st.escape) continue;
+        if (rem_[s] == 1) change(unrun_xor_[s], 0, static_cast<int64_t>(st.size));
+        if (rem_[s] == 0 && !st.pre && !born_[s]) {
+          for (int32_t u : birth_only_[s]) change(u, 0, static_cast<int64_t>(st.size));
+        }
+      }
     }
     for (int32_t w : p_.succs[v]) {
-      if (--waiting_[w] == 0) ready_.insert(std::lower_bound(ready_.begin(), ready_.end(), w), w);
+      if (--waiting_[w] == 0) ready_.insert(w, grow_[w], net(w));
     }
-    return v;
   }
 
  private:
+  int64_t net(int32_t v) const {
+    return static_cast<int64_t>(grow_[v]) - static_cast<int64_t>(freed_[v]);
+  }
+  void change(int32_t u, int64_t grow_delta, int64_t freed_delta) {
+    grow_[u] = static_cast<uint64_t>(static_cast<int64_t>(grow_[u]) + grow_delta);
+    freed_[u] = static_cast<uint64_t>(static_cast<int64_t>(freed_[u]) + freed_delta);
+    if (ready_.contains(u)) ready_.update(u, grow_[u], net(u));
+  }
+
   const SegmentProblem& p_;
-  std::vector<int32_t> rem_;
+  std::vector<int32_t> rem_;                       // users not yet run
+  std::vector<int32_t> unrun_xor_;                 // XOR of the users not yet run
   std::vector<char> born_;
+  std::vector<std::vector<int32_t>> birth_only_;   // birth ops that are not users
+  std::vector<uint64_t> grow_, freed_;             // per op, for the current state
   std::vector<int32_t> waiting_;
-  std::vector<int32_t> ready_;
+  order_internal::ReadyQueue ready_;
   uint64_t live_ = 0, peak_ = 0;
 };
 
-std::vector<int32_t> schedule_lescea(const SegmentProblem& p) {
+template <typename Pick>
+std::vector<int32_t> list_schedule(const SegmentProblem& p, Pick pick) {
   SegSim sim(p);
   std::vector<int32_t> order;
   order.reserve(p.k);
   while (!sim.ready().empty()) {
-    order.push_back(sim.run(order_internal::lescea_pick(sim, sim.peak())));
+    const int32_t v = pick(sim.ready(), sim.live(), sim.peak());
+    sim.run(v);
+    order.push_back(v);
   }
   return order;
 }
 
-std::vector<int32_t> schedule_lpmf(const SegmentProblem& p) {
-  SegSim sim(p);
-  std::vector<int32_t> order;
-  order.reserve(p.k);
-  while (!sim.ready().empty()) {
-    const auto& ready = sim.ready();
-    size_t best = 0;
-    std::pair<uint64_t, uint64_t> best_key{std::numeric_limits<uint64_t>::max(), 0};
-    for (size_t i = 0; i < ready.size(); ++i) {
-      const std::pair<uint64_t, uint64_t> key{std::max(sim.peak(), sim.step_peak(ready[i])),
-                                              sim.after(ready[i])};
-      if (key < best_key) {
-        best_key = key;
-        best = i;
-      }
-    }
-    order.push_back(sim.run(best));
-  }
-  return order;
+}  // namespace
+
+std::vector<int32_t> schedule_lescea(const SegmentProblem& p) {
+  return list_schedule(p, order_internal::pick_lescea);
 }
+
+std::vector<int32_t> schedule_lpmf(const SegmentProblem& p) {
+  return list_schedule(p, order_internal::pick_lpmf);
+}
+
+namespace {
 
 // The same segment run backwards: an order of it, reversed, is an order of the original with
 // the same live intervals (a storage is born at its first user and dies after its last birth
@@ -545,19 +568,14 @@ bool run_exact(const SegmentProblem& p, const SegmentSettings& settings, uint64_
 
 uint64_t segment_peak(const SegmentProblem& p, const std::vector<int32_t>& order) {
   SegSim sim(p);
-  uint64_t peak = 0;
-  // Run in the given order: find each op in the ready list.
   for (int32_t v : order) {
-    const auto& ready = sim.ready();
-    const auto it = std::lower_bound(ready.begin(), ready.end(), v);
-    if (it == ready.end() || *it != v) {
+    if (v < 0 || v >= p.k || !sim.ready().contains(v)) {
       throw InternalError("segment order runs local op " + std::to_string(v) +
                           " before its dependencies");
     }
-    peak = std::max(peak, sim.step_peak(v));
-    sim.run(static_cast<size_t>(it - ready.begin()));
+    sim.run(v);
   }
-  return peak;
+  return sim.peak();
 }
 
 uint64_t segment_lower_bound(const SegmentProblem& p) {

@@ -44,6 +44,10 @@ struct SegmentProblem {
 /// Peak live bytes of `order` (local indices) under the segment's model.
 uint64_t segment_peak(const SegmentProblem& p, const std::vector<int32_t>& order);
 
+/// LESCEA and lpmf list schedules of the segment (list_schedule.h), local op indices.
+std::vector<int32_t> schedule_lescea(const SegmentProblem& p);
+std::vector<int32_t> schedule_lpmf(const SegmentProblem& p);
+
 /// Static lower bound on the segment's peak (constant + per op: storages it must hold).
 uint64_t segment_lower_bound(const SegmentProblem& p);
 
