@@ -6,11 +6,13 @@ writes it as a ``roam-graph`` v1 file (see ``GRAPH_FORMAT.md``):
 ``roam.capture(model, optimizer, loss_fn, example_inputs, fake=False).save("step.json.gz")``
 (see :mod:`roam.capture`); :mod:`roam.zoo` has BERT and GPT-2 in plain PyTorch.
 ``roam.optimize(model, optimizer, loss_fn, example_inputs)`` returns a training step that runs
-under a roam plan (see :mod:`roam.executor`).
+under a roam plan (see :mod:`roam.executor`); with ``budget="2GiB"`` it recomputes activations
+where needed to keep the step within that memory (``roam.BudgetInfeasible`` names the smallest
+budget roam meets when it cannot).
 """
 
 from . import capture  # noqa: F401  (a callable module: roam.capture(...))
 from .capture import Graph  # noqa: F401
-from .executor import optimize  # noqa: F401  (roam.optimize(...) -> RoamStep)
+from .executor import BudgetInfeasible, optimize  # noqa: F401  (roam.optimize(...) -> RoamStep)
 
-__all__ = ["Graph", "capture", "optimize"]
+__all__ = ["BudgetInfeasible", "Graph", "capture", "optimize"]

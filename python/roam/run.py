@@ -28,12 +28,21 @@ of --image-size pixels).
 last step, whether the roam model is bit-identical to it and the largest relative difference
 to the eager loop.
 
-Exit status: 0 ok, 2 bad arguments (e.g. an unknown model: the valid names are listed).
+--budget SIZE (bytes, or KiB/MiB/GiB, e.g. 2GiB): the whole step, resident tensors included,
+must fit in SIZE; roam recomputes forward activations in the backward pass where needed (plan
+version 2, op costs measured on this CPU at capture). The report then adds the recomputations
+per step and the measured time: median seconds of a roam step and of an eager step and the
+time overhead 100 * (roam / eager - 1). A budget roam cannot meet stops before the first step
+with one line naming the smallest budget roam meets (exit 3).
+
+Exit status: 0 ok, 2 bad arguments (e.g. an unknown model: the valid names are listed; a
+budget that is not a size), 3 a budget roam cannot meet.
 """
 
 import argparse
 import copy
 import json
+import statistics
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -161,6 +170,14 @@ def _parser() -> argparse.ArgumentParser:
                         "always from the fallback heap (heap)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress messages on stderr (the report on stdout stays)")
+    p.add_argument("--budget", default=None, metavar="SIZE",
+                   help="memory budget of the whole step, resident included (bytes, or KiB, "
+                        "MiB, GiB: 2GiB); roam recomputes activations to meet it; exit 3 with "
+                        "the smallest budget roam meets when it cannot")
+    p.add_argument("--cost", default=None, choices=("measured", "estimate", "none"),
+                   help="op seconds that choose what to recompute: measured on this CPU at "
+                        "capture (default with --budget), estimate (roofline model, "
+                        "deterministic) or none")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="also write the per-step reports to FILE (JSON)")
     return p
@@ -168,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    from .executor import optimize
+    from .executor import BudgetInfeasible, optimize, parse_size
     from .capture.errors import UnknownModelError
 
     def say(msg):
@@ -183,15 +200,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UnknownModelError as e:
         print(f"roam.run: {e}", file=sys.stderr)
         return 2
+    budget = None
+    if args.budget is not None:
+        try:
+            budget = parse_size(args.budget)
+        except ValueError as e:
+            print(f"roam.run: --budget: {e}", file=sys.stderr)
+            return 2
     # steady state: one ordinary warm-up step creates the optimizer state
     eager_step(model, opt, loss_fn, batch_fn(0))
     models = {"eager": copy.deepcopy((model, opt))} if not args.no_eager else {}
     if args.check:
         models["graph"] = copy.deepcopy((model, opt))
     t0 = time.perf_counter()
-    step = optimize(model, opt, loss_fn, batch_fn(1), order=args.order, layout=args.layout,
-                    time_limit_seconds=args.time_limit, debug=args.debug,
-                    workspaces=args.workspaces, progress=say)
+    try:
+        step = optimize(model, opt, loss_fn, batch_fn(1), order=args.order, layout=args.layout,
+                        time_limit_seconds=args.time_limit, debug=args.debug,
+                        workspaces=args.workspaces, progress=say, budget=budget,
+                        cost=args.cost)
+    except BudgetInfeasible as e:
+        print(str(e), file=sys.stderr)  # one line, before any step: the smallest budget met
+        return 3
     plan = step.plan
     st = plan["stats"]
     say(f"captured {len(step.graph['ops'])} ops; plan order {plan['method']['order']}, layout "
@@ -214,6 +243,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{'step':>4} {'loss eager':>11} {'loss roam':>11} {'eager':>9} {'graph':>9} "
           f"{'roam':>9} {'arena':>8} {'fallback':>9} {'vs eager':>9} {'vs graph':>9}  mode")
     rows = []
+    eager_seconds: List[float] = []
+    roam_seconds: List[float] = []
     rng_seed = args.seed + 12345
     for i in range(args.steps):
         batch = batch_fn(2 + i)
@@ -221,13 +252,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "eager" in models:
             m, o = models["eager"]
             torch.manual_seed(rng_seed + i)
+            t_e = time.perf_counter()
             le, eager_peak = measured(lambda: eager_step(m, o, loss_fn, batch))
+            eager_seconds.append(time.perf_counter() - t_e)
         if "graph" in models:
             m, o = models["graph"]
             torch.manual_seed(rng_seed + i)
             step.reference_step(*batch, model=m, optimizer=o)
         torch.manual_seed(rng_seed + i)
+        t_r = time.perf_counter()
         loss = step(*batch)
+        roam_seconds.append(time.perf_counter() - t_r)
         r = step.last_report
         gp = r.eager_peak_bytes
         total = res + r.total_peak_bytes
@@ -268,11 +303,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(("not met: " + why) if why else
               "met: the step held no more than eager and realised at least 95% of the planned "
               "saving")
+        if budget is not None:
+            # the budget's figures: planned and measured peak, recomputations, measured time
+            held = res + r.total_peak_bytes
+            print(f"budget {budget / MiB:.2f} MiB: planned peak "
+                  f"{(res + step.planned_arena_bytes) / MiB:.2f} MiB, measured "
+                  f"{held / MiB:.2f} MiB ({'within' if held <= budget else 'ABOVE'} the "
+                  f"budget); {r.recomputations} recomputations per step")
+        if roam_seconds:
+            med_r = statistics.median(roam_seconds)
+            line = f"time: median roam step {med_r:.3f} s"
+            if eager_seconds:
+                med_e = statistics.median(eager_seconds)
+                line += (f", eager step {med_e:.3f} s, time overhead "
+                         f"{100.0 * (med_r / med_e - 1):+.1f}% (over {len(roam_seconds)} steps)")
+            print(line)
         if not args.quiet:
             print("  " + KEY)
     summary: Dict[str, Any] = {"model": args.model, "batch_size": args.batch_size,
                                "plan_method": plan["method"], "plan_stats": st,
                                "tp_program_order_bytes": step.tp_program,
+                               "budget_bytes": budget, "plan_order": plan["order"],
+                               "roam_step_seconds": roam_seconds,
+                               "eager_step_seconds": eager_seconds,
                                "at_peak": step.at_peak, "steps": rows}
     if args.check:
         same = bit_identical(model, models["graph"][0])

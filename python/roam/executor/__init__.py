@@ -8,11 +8,11 @@
 ``python -m roam.run --model NAME --batch-size B --steps N`` compares eager and roam steps.
 """
 
-from .api import (ALIGNMENT, RoamStep, StepReport, add_rng_order_edges, load_plan, optimize,
-                  plan_graph, validate_plan)
+from .api import (ALIGNMENT, BudgetInfeasible, RoamStep, StepReport, add_rng_order_edges,
+                  load_plan, optimize, parse_size, plan_graph, validate_plan)
 from .native import BUILD_HINT, NativeMissing, available, native
 from .program import PlanMismatch, Program
 
-__all__ = ["ALIGNMENT", "BUILD_HINT", "NativeMissing", "PlanMismatch", "Program", "RoamStep",
+__all__ = ["ALIGNMENT", "BUILD_HINT", "BudgetInfeasible", "NativeMissing", "PlanMismatch", "Program", "RoamStep",
            "StepReport", "add_rng_order_edges", "available", "load_plan", "native", "optimize",
-           "plan_graph", "validate_plan"]
+           "parse_size", "plan_graph", "validate_plan"]

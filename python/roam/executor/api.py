@@ -110,12 +110,58 @@ def _is_random(target: str) -> bool:
         return False
 
 
+class BudgetInfeasible(ValueError):
+    """No schedule roam finds keeps the step within the memory budget (raised before any step
+    runs). Attributes, in bytes (resident + arena, as the budget): ``budget_bytes``,
+    ``smallest_budget_bytes`` (the smallest budget roam meets on this graph; 0 when nothing
+    could be planned) and ``lower_bound_bytes`` (no schedule, recomputation included, fits
+    below it)."""
+
+    def __init__(self, message: str, budget_bytes: int, smallest_budget_bytes: int,
+                 lower_bound_bytes: int):
+        super().__init__(message)
+        self.budget_bytes = int(budget_bytes)
+        self.smallest_budget_bytes = int(smallest_budget_bytes)
+        self.lower_bound_bytes = int(lower_bound_bytes)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+               "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4}
+
+
+def parse_size(size: Union[int, str]) -> int:
+    """Bytes of a memory size: an int (bytes) or a string such as ``"2GiB"``, ``"512MiB"``,
+    ``"1.5 GiB"``, ``"3000000"`` (units B, KiB, MiB, GiB, TiB = powers of 1024; KB, MB, GB, TB =
+    powers of 1000; case-insensitive). Raises ValueError for anything else or a size <= 0."""
+    import re
+    if isinstance(size, bool):
+        raise ValueError(f"not a memory size: {size!r}")
+    if isinstance(size, int):
+        value = size
+    else:
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", str(size))
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _SIZE_UNITS:
+            raise ValueError(f"not a memory size: {size!r} (bytes, or a number with B, KiB, "
+                             f"MiB, GiB, TiB, KB, MB, GB or TB, e.g. 2GiB)")
+        value = int(float(m.group(1)) * _SIZE_UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"a memory size must be positive, not {size!r}")
+    return value
+
+
 def plan_graph(graph: Dict[str, Any], order: str = "roam", layout: str = "roam",
                alignment: int = ALIGNMENT, time_limit_seconds: float = 60.0,
-               threads: int = 1) -> Dict[str, Any]:
+               threads: int = 1, budget_bytes: Optional[int] = None) -> Dict[str, Any]:
     """Plan ``graph`` (roam-graph v1 dict) with libroam's ``make_plan``; returns the
     roam-plan v1 dict. A method the library does not know (e.g. ``roam`` before the ROAM
     planners exist) falls back to ``auto`` with a warning; the plan's ``method`` says which ran.
+
+    ``budget_bytes``: plan so that resident + arena <= budget_bytes (libroam
+    ``plan_with_budget``): the plan without recomputation when it fits, else a roam-plan v2
+    that recomputes forward activations in the backward pass at the least recompute seconds
+    roam finds (from the ops' ``cost``). Raises :class:`BudgetInfeasible` when no schedule roam
+    finds fits, naming the smallest budget it meets.
     """
     N = native()
     orders, layouts = N.order_methods(), N.layout_methods()
@@ -127,8 +173,16 @@ def plan_graph(graph: Dict[str, Any], order: str = "roam", layout: str = "roam",
         warnings.warn(f"roam: layout method {layout!r} is not in the library ({layouts}); "
                       f"using 'auto'")
         layout = "auto"
-    text = N.plan(json.dumps(graph), order, layout, alignment, threads, time_limit_seconds)
-    return json.loads(text)
+    if budget_bytes is None:
+        text = N.plan(json.dumps(graph), order, layout, alignment, threads, time_limit_seconds)
+        return json.loads(text)
+    out = json.loads(N.plan_budget(json.dumps(graph), int(budget_bytes), order, layout,
+                                   alignment, threads, time_limit_seconds))
+    if "infeasible" in out:
+        inf = out["infeasible"]
+        raise BudgetInfeasible(f"roam: {inf['message']}", inf["budget_bytes"],
+                               inf["smallest_budget_bytes"], inf["lower_bound_bytes"])
+    return out["plan"]
 
 
 def validate_plan(graph: Dict[str, Any], plan: Dict[str, Any]) -> Dict[str, Any]:
@@ -183,6 +237,7 @@ class StepReport:
     eager_first_step_bytes: Optional[int] = None  # that step's eager peak, estimated from the
                                        # graph (program order, state created at first use)
     at_peak: Optional[str] = None      # what is live at the plan's peak (roam plan's line)
+    recomputations: int = 0            # ops run again in this step (plan version 2)
 
     @property
     def reduction(self) -> Optional[float]:
@@ -453,12 +508,17 @@ class RoamStep:
             try:
                 self.program = Program.build(gm, graph, captured.op_nodes, plan["order"],
                                              plan["offsets"], self.planned_arena_bytes,
-                                             self.alignment, plan.get("workspace_offsets"))
+                                             self.alignment, plan.get("workspace_offsets"),
+                                             plan.get("recompute_offsets"))
             except (PlanMismatch, KeyError, TypeError, ValueError) as e:
                 self.unplanned_reason = f"the plan does not fit the captured step: {e}"
         if self.unplanned_reason is not None:
             warnings.warn(f"roam: {self.unplanned_reason}; running the captured step in program "
                           f"order with ordinary allocation", stacklevel=3)
+        # plan version 2: ops run again in the backward pass; the budget it was planned for
+        self.recomputations = self.program.recomputations if self.program is not None else 0
+        budget = plan.get("method", {}).get("options", {}).get("budget_bytes")
+        self.budget_bytes: Optional[int] = None if budget is None else int(budget)
         # program order, planned outputs known (calibration and eager measurement)
         offsets = plan.get("offsets") if self.program is not None else None
         self.eager_program = Program.build(gm, graph, captured.op_nodes, None, offsets,
@@ -752,7 +812,8 @@ class RoamStep:
             debug_checks=int(st["debug_checks"]), debug_violations=int(st["debug_violations"]),
             escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0,
             resident_bytes=self.resident_bytes,
-            at_peak=self.peak_line() if planned_run else None)
+            at_peak=self.peak_line() if planned_run else None,
+            recomputations=self.recomputations if planned_run else 0)
         self.reports.append(rep)
         if planned_run and eager_peak is not None and rep.total_peak_bytes > eager_peak:
             self.program_order_reason = (
@@ -778,9 +839,14 @@ class RoamStep:
         from ..headline import headline
         st = self.plan.get("stats", {})
         lb = st.get("lower_bound_bytes")
+        overhead = None
+        if st.get("compute_seconds"):
+            overhead = float(st.get("recompute_seconds", 0.0)) / float(st["compute_seconds"])
         return headline(self.resident_bytes + self.planned_arena_bytes,
                         self.resident_bytes + self.tp_program,
-                        lower_bound_bytes=None if lb is None else self.resident_bytes + int(lb))
+                        lower_bound_bytes=None if lb is None else self.resident_bytes + int(lb),
+                        budget_bytes=self.budget_bytes, recompute_overhead=overhead,
+                        recomputations=int(st.get("recomputations", 0)))
 
     def summary(self, report: Optional[StepReport] = None) -> List[str]:
         """Lines for a person: the planned headline, what is live at the plan's peak, what
@@ -831,7 +897,8 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
              alignment: int = ALIGNMENT, time_limit_seconds: float = 60.0, threads: int = 1,
              debug: bool = False, measure_eager: str = "once", trust_plan: bool = False,
              workspaces: str = "arena", captured=None,
-             progress: Optional[Callable[[str], None]] = None) -> RoamStep:
+             progress: Optional[Callable[[str], None]] = None,
+             budget: Union[None, int, str] = None, cost: Optional[str] = None) -> RoamStep:
     """Capture one training step of ``model`` / ``optimizer`` / ``loss_fn`` on
     ``example_inputs`` (the model's inputs, then the last ``n_loss_inputs`` for
     ``loss_fn(output, *targets)``), plan it (``order`` / ``layout`` methods of libroam, or the
@@ -849,9 +916,26 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     to the fallback heap.
     ``captured``: reuse a :class:`roam.capture.Graph` of this model and optimizer (traced
     under :func:`eager_kernels_while_tracing`).
+
+    ``budget``: a memory budget for the whole step, resident tensors included (bytes, or a
+    string such as ``"2GiB"``, see :func:`parse_size`): the plan keeps resident + arena within
+    it, recomputing forward activations in the backward pass where needed (a roam-plan v2,
+    run op by op: each recomputation re-runs its fx node on the values bound at that step,
+    its outputs at their planned instance offsets; a random op replays the generator state of
+    its first run). ``cost``: how the capture gets each op's seconds, which choose what to
+    recompute: ``"measured"`` (default with a budget: median CPU seconds over 3 runs),
+    ``"estimate"`` (a roofline model, deterministic) or ``"none"`` (default without a budget).
+
+    Raises:
+        BudgetInfeasible: no schedule roam finds meets ``budget``; raised here, before any
+            step, naming the smallest budget roam meets (``smallest_budget_bytes``).
+        ValueError: ``budget`` is not a memory size.
     """
     from .. import capture as roam_capture
     say = progress or (lambda s: None)
+    budget_bytes = None if budget is None else parse_size(budget)
+    if cost is None:
+        cost = "none" if budget_bytes is None or plan is not None else "measured"
     rng = torch.get_rng_state()
     try:
         if captured is None:
@@ -859,13 +943,15 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
             with eager_kernels_while_tracing():
                 captured = roam_capture.capture(model, optimizer, loss_fn,
                                                 tuple(example_inputs),
-                                                n_loss_inputs=n_loss_inputs, cost="none",
+                                                n_loss_inputs=n_loss_inputs, cost=cost,
                                                 check_peak=False, progress=progress)
         graph = copy.deepcopy(captured.graph)
         add_rng_order_edges(graph)
         if plan is None:
-            say(f"planning (order {order}, layout {layout})")
-            plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads)
+            say(f"planning (order {order}, layout {layout}"
+                + (f", budget {budget_bytes} B)" if budget_bytes is not None else ")"))
+            plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads,
+                              budget_bytes=budget_bytes)
         elif isinstance(plan, str):
             plan = load_plan(plan)
         say("calibrating (one step in program order on copies)")
