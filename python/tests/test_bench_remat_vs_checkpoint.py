@@ -1,0 +1,71 @@
+"""bench/remat_vs_checkpoint's checkpoint baseline is the model itself: the stem then the
+sequential blocks compute exactly model.forward, and checkpoint_sequential over them gives every
+parameter the gradient of the ordinary backward (bit for bit), for each model family the bench
+runs (small configurations)."""
+
+import copy
+import importlib.util
+import os
+from importlib.machinery import SourceFileLoader
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import REPO_ROOT
+
+_LOADER = SourceFileLoader("remat_vs_checkpoint",
+                           os.path.join(REPO_ROOT, "bench", "remat_vs_checkpoint"))
+_SPEC = importlib.util.spec_from_loader("remat_vs_checkpoint", _LOADER)
+BENCH = importlib.util.module_from_spec(_SPEC)
+_LOADER.exec_module(BENCH)
+
+
+def _model(name):
+    import torchvision
+    from roam import zoo
+    torch.manual_seed(0)
+    if name == "resnet50":
+        return torchvision.models.resnet50(num_classes=7), torch.randn(2, 3, 64, 64)
+    if name == "vgg11":
+        m = torchvision.models.vgg11(num_classes=7)
+        return m, torch.randn(1, 3, 32, 32)
+    if name == "mobilenet_v2":
+        return torchvision.models.mobilenet_v2(num_classes=7), torch.randn(2, 3, 32, 32)
+    if name == "bert-small":
+        cfg = zoo.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3,
+                             num_attention_heads=2, intermediate_size=32,
+                             max_position_embeddings=16)
+        return zoo.Bert(cfg), torch.randint(0, 50, (2, 8))
+    cfg = zoo.GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=3, n_head=2)
+    return zoo.GPT2(cfg), torch.randint(0, 50, (2, 8))
+
+
+@pytest.mark.parametrize("name", sorted(BENCH.MODELS))
+def test_blocks_are_the_model_and_checkpointing_keeps_every_gradient(name):
+    model, x = _model(name)
+    model.train()
+    stem, blocks = BENCH.blocks_of(name, model)
+    torch.manual_seed(1)
+    ref = model(x)
+    torch.manual_seed(1)
+    y = stem(x)
+    for b in blocks:
+        y = b(y)
+    assert torch.equal(y, ref)
+
+    def grads(fwd, m):
+        m.zero_grad(set_to_none=True)
+        torch.manual_seed(2)
+        out = fwd(x)
+        F.cross_entropy(out.reshape(-1, out.shape[-1]),
+                        torch.zeros(out.reshape(-1, out.shape[-1]).shape[0],
+                                    dtype=torch.long)).backward()
+        return [p.grad for p in m.parameters()]
+
+    eager = grads(model, model)
+    for segments in (2, len(blocks)):
+        m2 = copy.deepcopy(model)
+        g = grads(BENCH.checkpointed(name, m2, segments), m2)
+        assert all(a is not None for a in g), "a parameter got no gradient"
+        assert all(torch.equal(a, b) for a, b in zip(g, eager))
