@@ -326,7 +326,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                "budget_bytes": budget, "plan_order": plan["order"],
                                "roam_step_seconds": roam_seconds,
                                "eager_step_seconds": eager_seconds,
-                               "at_peak": step.at_peak, "steps": rows}
+                               "at_peak": {k: v for k, v in (step.at_peak or {}).items()
+                                           if k != "per_step"} or None, "steps": rows}
     if args.check:
         same = bit_identical(model, models["graph"][0])
         rel = max_rel_diff(model, models["eager"][0]) if "eager" in models else None
