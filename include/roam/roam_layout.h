@@ -87,6 +87,8 @@ struct AllocSolveOptions {
   int64_t dive_node_limit = 0;      // minimize_allocation's dives; <= 0: node_limit
   int max_probes = 0;               // minimize_allocation: capacities tried after the dives;
                                     // <= 0: no limit
+  int64_t probe_node_start = 20000; // minimize_allocation: search nodes per portfolio search in
+                                    // the first round of probes (x4 per round, up to node_limit)
   bool time_sweep = false;          // portfolio branching at the leftmost lowest cell (a sweep
                                     // over time: training graphs) rather than at the most
                                     // constrained one (the MiniMalloc benchmarks)
@@ -120,11 +122,26 @@ uint64_t live_size_lower_bound(const std::vector<AllocBuffer>& buffers);
 /// alignment respected). Returns offsets.
 std::vector<uint64_t> best_fit_allocation(const std::vector<AllocBuffer>& buffers);
 
+/// One capacity minimize_allocation tried: solve_allocation(buffers, capacity) with `node_limit`
+/// search nodes per portfolio search (and the time left).
+struct AllocProbe {
+  uint64_t capacity = 0;
+  int64_t node_limit = 0;
+  AllocStatus status = AllocStatus::kUnknown;
+  uint64_t height = 0;              // when feasible
+  int64_t nodes = 0;
+  double seconds = 0;
+};
+
 struct AllocMinimizeResult {
   std::vector<uint64_t> offsets;
   uint64_t height = 0;              // the smallest height found feasible
   uint64_t lower_bound = 0;         // live_size_lower_bound
+  uint64_t proven_lower_bound = 0;  // every height below it is proven infeasible: the live-size
+                                    // bound, or one unit above the highest capacity a probe proved
+                                    // infeasible (the unit: the gcd of sizes and alignments)
   bool proven_optimal = false;      // height == lower_bound or height - 1 proven infeasible
+  std::vector<AllocProbe> probes;   // in the order tried
   int64_t nodes = 0;
   double seconds = 0;
 };
@@ -132,11 +149,17 @@ struct AllocMinimizeResult {
 /// Smallest height it can find. Upper bound: the best of two greedy best-fit layouts, `start`
 /// (optional, an extra feasible solution) and one *dive* per portfolio search (the search run at
 /// an unreachable capacity to its first solution, which needs no backtracking: a bottom-up,
-/// lowest-point-first greedy). Then probes with the exact solver: first at max(lower bound,
-/// good_enough), then bisection between the highest height proven infeasible and the best found,
-/// each probe with a node budget that starts at 20000 per search and is multiplied by 4 per round
-/// (up to options.node_limit) while a probe was cut by the limit; options.dive_node_limit bounds
-/// the dives, options.max_probes the probes, options.time_limit_seconds the whole call.
+/// lowest-point-first greedy). Then rounds of probes with the exact solver (fit attempts,
+/// solve_allocation at one capacity): each round first at the lowest height not yet excluded
+/// (max(lower bound, good_enough), or one unit above the highest capacity proven infeasible),
+/// then bisection between the highest capacity it did not fit and the best height found; every
+/// probe of a round gets the same node budget per portfolio search, options.probe_node_start in
+/// the first round, x4 per round, up to options.node_limit (the budget of `roam layout
+/// --capacity`), while a probe was cut by the limit. So the result is never above a capacity at
+/// which a probe found a layout, and once a round runs at options.node_limit every capacity it
+/// tried got the fit attempt `--capacity` would make (the time limit permitting); a probe that
+/// proves a capacity infeasible raises proven_lower_bound. options.dive_node_limit bounds the
+/// dives, options.max_probes the probes, options.time_limit_seconds the whole call.
 /// `good_enough`: stop as soon as the height is <= max(lower bound, good_enough) (layout_roam's
 /// windows only need to reach Tp of the whole order).
 AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,

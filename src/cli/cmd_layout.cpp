@@ -46,6 +46,8 @@ int run_layout(const LayoutArgs& a, const CLI::App& cmd) {
 
   std::vector<uint64_t> offsets;
   uint64_t height = 0;
+  uint64_t proven = 0;              // --minimize: every smaller height proven infeasible
+  std::vector<AllocProbe> probes;   // --minimize: the capacities tried
   std::string verdict;
   if (have_capacity) {
     progress("solving at capacity " + std::to_string(a.capacity));
@@ -72,11 +74,22 @@ int run_layout(const LayoutArgs& a, const CLI::App& cmd) {
     const AllocMinimizeResult r = minimize_allocation(p.buffers, opt);
     offsets = r.offsets;
     height = r.height;
-    verdict = height == lb ? "minimized: height = lower bound (optimal)"
-              : r.proven_optimal
-                  ? "minimized: height above the lower bound, proven optimal (height - 1 "
-                    "infeasible)"
-                  : "minimized: height above the lower bound, not proven optimal";
+    proven = r.proven_lower_bound;
+    probes = r.probes;
+    if (height == lb) {
+      verdict = "minimized: height = lower bound (optimal)";
+    } else if (r.proven_optimal) {
+      verdict = "minimized: height above the lower bound, proven optimal (every smaller height "
+                "proven infeasible)";
+    } else {
+      char gap[160];
+      std::snprintf(gap, sizeof gap,
+                    "minimized: not proven optimal (gap %llu between the proven lower bound and "
+                    "the height, %.2f%%)",
+                    static_cast<unsigned long long>(height - proven),
+                    100.0 * static_cast<double>(height - proven) / static_cast<double>(height));
+      verdict = gap;
+    }
   }
   const uint64_t cap = have_capacity ? static_cast<uint64_t>(a.capacity) : height;
   const std::string problem = check_allocation(p.buffers, offsets, cap);
@@ -87,8 +100,27 @@ int run_layout(const LayoutArgs& a, const CLI::App& cmd) {
   std::cout << "buffers        " << p.buffers.size() << "\n";
   if (have_capacity) std::cout << "capacity       " << a.capacity << "\n";
   std::cout << "height         " << height << "\n"
-            << "lower bound    " << lb << " (max total size live at once)\n"
-            << "result         " << verdict << "\n"
+            << "lower bound    " << lb << " (max total size live at once)\n";
+  if (!have_capacity) {
+    std::cout << "proven bound   " << proven
+              << " (every smaller height proven infeasible: the lower bound, or a probe's proof)\n";
+    int feasible = 0, infeasible = 0, cut = 0;
+    for (const AllocProbe& q : probes) {
+      (q.status == AllocStatus::kFeasible     ? feasible
+       : q.status == AllocStatus::kInfeasible ? infeasible
+                                              : cut)++;
+    }
+    std::cout << "probes         " << probes.size() << " fit attempts: " << feasible
+              << " fit, " << infeasible << " proven infeasible, " << cut
+              << " cut by the node or time limit\n";
+    for (const AllocProbe& q : probes) {
+      std::cout << "  capacity " << q.capacity << "  " << to_string(q.status);
+      if (q.status == AllocStatus::kFeasible) std::cout << " (height " << q.height << ")";
+      std::cout << "  " << q.node_limit << " nodes per search, " << q.nodes << " used, "
+                << secs(q.seconds) << " s\n";
+    }
+  }
+  std::cout << "result         " << verdict << "\n"
             << "seconds        " << secs(seconds) << "\n";
   if (!a.out.empty()) std::cout << "written to     " << a.out << "\n";
   return 0;
@@ -103,8 +135,12 @@ void add_layout_verb(CLI::App& app, Verbs& verbs) {
       "independently, print the height, the live-size lower bound and seconds, and write the CSV "
       "with an offset column with -o (an offset or hint column in the input is ignored: the "
       "problem is solved anew). With --capacity it must fit (exit 1 if not); otherwise "
-      "(--minimize, the default) it finds the smallest height it can and says whether it equals "
-      "the lower bound.\nExit 0 solved, 1 no solution at --capacity, 2 bad input (nothing "
+      "(--minimize, the default) it finds the smallest height it can: greedy and dive layouts, "
+      "then rounds of fit attempts (the lowest height not excluded first, then bisection up to "
+      "the best height found) with a node budget per search that grows x4 per round up to "
+      "--search-node-limit; it prints every capacity tried, the best height and the proven "
+      "lower bound (the live-size bound, or one above a capacity proven infeasible). Sizes and "
+      "heights are in the file's unit (bytes); seconds are wall clock.\nExit 0 solved, 1 no solution at --capacity, 2 bad input (nothing "
       "written), 3 internal error.");
   cmd->add_option("--csv", args.csv, "input CSV file")->required();
   cmd->add_option("-o,--output", args.out, "solution CSV to write (atomically)");

@@ -337,6 +337,7 @@ class Search {
     pend_pool_.clear();
     pending_ = root_pending_;
     failed_ = false;
+    clean();
     ++restart_index_;
     next_restart_ = nodes_ + restart_base_ * luby(restart_index_ + 1);
     uint64_t x = mix(seed_ * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(restart_index_));
@@ -470,6 +471,23 @@ class Search {
           break;
       }
     }
+  }
+
+  // Sections changed since the last unallocated-floor check: [dirty_lo_, dirty_hi_).
+  void touch(int lo, int hi) {
+    if (!strong_) return;
+    dirty_lo_ = std::min(dirty_lo_, lo);
+    dirty_hi_ = std::max(dirty_hi_, hi);
+  }
+  void clean() {
+    dirty_lo_ = std::numeric_limits<int>::max();
+    dirty_hi_ = std::numeric_limits<int>::min();
+  }
+  bool flush() {
+    if (dirty_lo_ >= dirty_hi_) return true;
+    const int lo = dirty_lo_, hi = dirty_hi_;
+    clean();
+    return strong_local(lo, hi);
   }
 
   void fail(int lo, int hi) {
@@ -722,7 +740,8 @@ class Search {
     for (int sec = s; sec <= r1; ++sec) {
       if (!section_ok(sec)) return false;
     }
-    return !strong_ || strong_local(s, r1 + 1);
+    touch(s, r1 + 1);
+    return true;
   }
 
   void step() {
@@ -797,16 +816,24 @@ class Search {
     }
     if (ce == cb) {  // nothing can start here: the cell is wasted (forced)
       block(best_sec);
-      if (!section_ok(best_sec) || (strong_ && !strong_local(best_sec, best_sec + 1))) {
-        fail(f.lo, f.hi);
-      }
+      if (!section_ok(best_sec)) fail(f.lo, f.hi);
+      touch(best_sec, best_sec + 1);
       return;
     }
     if (ce - cb == 1 && best_alt == 1) {  // one buffer must start here (forced)
       const int b = cand_pool_[cb];
       cand_pool_.pop_back();
       place(b, hh);
-      if (strong_ && !strong_local(in_.sa[b], in_.sb[b])) fail(f.lo, f.hi);
+      touch(in_.sa[b], in_.sb[b]);
+      return;
+    }
+    // A branching point: first the unallocated-floor bound over everything changed since the
+    // last check (floors only rise along a branch, so one check over the union of the changed
+    // ranges prunes whatever the checks after each forced step would have; they were most of
+    // the time on large instances).
+    if (!flush()) {
+      cand_pool_.resize(cb);
+      fail(f.lo, f.hi);
       return;
     }
     // A branching point: a state of this region that failed before fails again.
@@ -881,6 +908,7 @@ class Search {
       }
       undo_to(c.mark);
       restore_pending(c);
+      clean();
       ++nodes_;
       if (apply(c)) return true;
       xlo = c.lo;
@@ -899,6 +927,7 @@ class Search {
   bool failed_ = false;
   bool failed_root_ = false;
   int fail_lo_ = 0, fail_hi_ = 0;
+  int dirty_lo_ = std::numeric_limits<int>::max(), dirty_hi_ = std::numeric_limits<int>::min();
   int64_t nodes_ = 0;
   std::vector<int64_t> h_, rem_;
   std::vector<uint8_t> blk_, placed_;
@@ -1324,6 +1353,7 @@ AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,
     if (use_deadline) o.time_limit_seconds = std::max(remaining(), 1e-3);
     AllocResult a = solve_allocation(buffers, cap, o);
     r.nodes += a.nodes;
+    r.probes.push_back({cap, nodes, a.status, a.height, a.nodes, a.seconds});
     return a;
   };
   // Bisection between the largest height proven infeasible (+1) and the best height found,
@@ -1332,18 +1362,19 @@ AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,
   const uint64_t target = std::max(lo, (good_enough + unit - 1) / unit * unit);
   const int64_t full = options.node_limit > 0 ? options.node_limit
                                               : std::numeric_limits<int64_t>::max() / 8;
-  int64_t budget = std::min<int64_t>(full, 20000);
-  bool first = true;
+  int64_t budget = std::min<int64_t>(full, std::max<int64_t>(options.probe_node_start, 1));
   int probes = 0;
   uint64_t proven_lo = lo;  // every height below it is proven infeasible
   while (r.height > target && proven_lo < r.height) {
     bool open = false;  // some probe of this round was cut by the limit
     uint64_t round_lo = proven_lo;
+    bool first = true;
     while (round_lo < r.height && r.height > target) {
       if (use_deadline && remaining() <= 0) break;
       if (options.max_probes > 0 && probes >= options.max_probes) break;
       ++probes;
-      // First the target (the lower bound unless good_enough is higher), then bisection.
+      // First the lowest height not excluded (the target: the lower bound unless good_enough
+      // is higher), then bisection; every round again, with its larger budget.
       const uint64_t mid = first ? std::max(target, round_lo)
                                  : round_lo + ((r.height - round_lo) / unit / 2) * unit;
       first = false;
@@ -1363,6 +1394,7 @@ AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,
     }
     budget = std::min(full, budget * 4);
   }
+  r.proven_lower_bound = std::max(r.lower_bound, std::min(proven_lo, r.height));
   r.proven_optimal = r.height <= r.lower_bound || proven_lo >= r.height;
   r.seconds = seconds_since(t0);
   return r;
