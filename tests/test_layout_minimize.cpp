@@ -185,7 +185,9 @@ TEST(Minimize, BoundsAgreeWithBruteForceUnderSmallBudgets) {
     EXPECT_TRUE(valid(b, m.offsets, m.height)) << "instance " << it;
     EXPECT_GE(m.height, opt) << "instance " << it;
     EXPECT_LE(m.proven_lower_bound, opt) << "instance " << it;
-    if (m.proven_optimal) EXPECT_EQ(m.height, opt) << "instance " << it;
+    if (m.proven_optimal) {
+      EXPECT_EQ(m.height, opt) << "instance " << it;
+    }
   }
 }
 
