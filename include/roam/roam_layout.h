@@ -28,8 +28,9 @@
 //    dead end.
 //  - Section lower bounds. Every section must hold what is still to be placed in it:
 //    floor(s) + (sizes of its unplaced buffers) <= capacity, where floor(s) is h[s] (+1 unit when
-//    blocked). Refinement ("unallocated floor", checked after every change around the changed
-//    sections): each unplaced buffer sits at least at its *base*, the highest floor of the
+//    blocked). Refinement ("unallocated floor", checked for each alternative of a choice and,
+//    after forced steps, once at the next branching point over the union of the sections they
+//    changed: floors only rise along a branch): each unplaced buffer sits at least at its *base*, the highest floor of the
 //    sections it spans; in each section, for every threshold t among the bases, the buffers with
 //    base >= t must fit between t and the capacity.
 //  - Dominance. Raising a blocked run wastes the rectangle B x [h, H). If an unplaced buffer lies
