@@ -3,6 +3,7 @@
 // temporaries, and the lower bound on Tp over all valid orders (DESIGN.md "Analysis").
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,9 +61,13 @@ std::vector<StorageKind> storage_kinds(const Graph& g);
 /// Must-live bytes per op (sizes rounded to `alignment`): the storages that are live at op v in
 /// every order -- v's own inputs and outputs, and every storage produced by an ancestor of v and
 /// used by a descendant of v or kept as a graph output. O((E + sum of users) * V / 64) time;
-/// memory O(V * 8192 / 8) bytes (ops are processed in blocks of 8192). Every value is <=
-/// min_live_at_op of the same op.
+/// memory O(V * b / 4) bytes for blocks of b <= 8192 ops, b narrowed to keep it under 64 MiB.
+/// Every value is <= min_live_at_op of the same op.
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment);
+/// The same for the listed `ops` only (time O((E + sum of users) * |ops| / 64)); every other op
+/// gets the bytes of its own storages, also live at its step in every order.
+std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
+                                         const std::vector<OpIdx>& ops);
 
 /// The fewest bytes (sizes rounded to `alignment`) that any valid order holds live at op v's
 /// step. Exact: with D the ops run by v's step (a set closed under predecessors that holds v and
@@ -84,9 +89,11 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_b
 /// bound, tighter than the must-live bound of lower_bound_per_op:
 ///  1. B1 = max over ops v of min_live_at_op(v): Tp(order) >= live bytes at any op's step.
 ///     Cuts are computed for the ops whose bytes live in the program or the lescea order exceed
-///     the bound so far, largest first, at most max(8, 500000 / (ops + edges)) ops (a work
+///     the bound so far, largest first, at most max(2, 500000 / (ops + edges)) ops (a work
 ///     budget: a 20,000-op random DAG takes about 2 s); on large graphs B1 may stop below the
-///     maximum, still a valid bound.
+///     maximum, still a valid bound. The must-live bytes (lower_bound_per_op) start it: for
+///     every op while that costs at most 2.5e8 bitset words, else for the ops with the most
+///     bytes live in those two orders (the rest count their own storages).
 ///  2. Pair refinement, when no known order (program, `hint`, lescea) reaches B1: for the first
 ///     8 ops (by index) with min_live_at_op = B1 among those considered and, for each, its 24
 ///     incomparable neighbours w that decide the most bytes of its cut (at most 96 pairs and at
@@ -99,6 +106,10 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_b
 /// bound: the value does not depend on it, only the time does. Nothing is computed when a known
 /// order's Tp equals the must-live maximum (that order is optimal).
 uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint = nullptr);
+/// The same, stopping early (a smaller bound, still valid; *stopped set) once `deadline` has
+/// passed: a safety stop for the time limit of a whole plan, checked between cuts.
+uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
+                     std::chrono::steady_clock::time_point deadline, bool* stopped = nullptr);
 
 /// Live bytes at every op's step under `order` (indexed by op, not by step).
 std::vector<uint64_t> live_bytes_at_ops(const Graph& g, const Order& order, uint64_t alignment);

@@ -1,6 +1,7 @@
 // Options shared by every planner call.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -15,6 +16,11 @@ struct PlanOptions {
   int threads = 1;                  // worker threads of the roam planners; the plan is the same
                                     // for any count (determinism)
   double time_limit_seconds = 60;   // total wall-clock budget of the roam planners, seconds
+  /// The instant by which the whole request must be done (steady clock), when the caller's own
+  /// work counts too: the CLI sets it from --time-limit at start-up, less what validating and
+  /// writing the plan will take, so that reading the graph counts. make_plan ends by the earlier
+  /// of this and its start + time_limit_seconds. Default: none.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   nlohmann::json extra = nlohmann::json::object();  // method-specific knobs, recorded in the plan
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment);
 /// workspace appearance (`workspace_offsets`), the three recomputation stats, and a
 /// lower_bound_bytes at most recompute_lower_bound. Both versions: peak_bytes at most
 /// method.options.budget_bytes where the plan records a budget.
-ValidationReport validate_plan(const Graph& g, const nlohmann::json& plan, const std::string& file);
+/// `proven_lower_bound`: a version-1 bound the caller has already proven for `g` at the plan's
+/// alignment (e.g. the planner's own lower_bound, when it validates the plan it is about to
+/// write); lower_bound_bytes is checked against it instead of computing roam::lower_bound again.
+ValidationReport validate_plan(const Graph& g, const nlohmann::json& plan, const std::string& file,
+                               std::optional<uint64_t> proven_lower_bound = std::nullopt);
 
 }  // namespace roam

@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <chrono>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
 #include <cstdint>
@@ -44,7 +45,10 @@ constexpr int64_t kPairBudget = 96;
 // Single-cut budget: about kCutWork / (ops + edges) ops considered, at least kMinCuts (a cut
 // costs a few times ops + edges; a 5,000-op random DAG gets 28 cuts, about 6 ms each).
 constexpr double kCutWork = 5e5;
-constexpr double kMinCuts = 8;
+constexpr double kMinCuts = 2;
+// Must-live work budget: bitset words (E + sum of users) / 64 per op computed (about 0.5 s);
+// a 200,000-op graph gets its ~13,000 ops with the most bytes live in known orders.
+constexpr double kMustWork = 2.5e8;
 
 class CutBound {
  public:
@@ -230,21 +234,48 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_b
 }
 
 uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
+  return lower_bound(g, alignment, hint, std::chrono::steady_clock::time_point::max());
+}
+
+uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
+                     std::chrono::steady_clock::time_point deadline, bool* stopped) {
+  if (stopped != nullptr) *stopped = false;
   const int32_t n = g.num_ops();
   if (n == 0) return 0;
-  const auto must = lower_bound_per_op(g, alignment);
-  uint64_t best = *std::max_element(must.begin(), must.end());
+  auto out_of_time = [&] {
+    if (std::chrono::steady_clock::now() < deadline) return false;
+    if (stopped != nullptr) *stopped = true;
+    return true;
+  };
   // ub0[v]: bytes live at v's step in the program or the lescea order (an upper bound on
   // min_live(v) that does not depend on `hint`); ub[v]: the same with `hint` too; known_tp:
   // the smallest Tp of those orders.
   std::vector<uint64_t> ub0 = live_bytes_at_ops(g, g.program_order(), alignment);
   uint64_t known_tp = *std::max_element(ub0.begin(), ub0.end());
-  if (known_tp <= best) return best;  // the program order is optimal
   {
     const auto h = live_bytes_at_ops(g, order_lescea(g, alignment), alignment);
     known_tp = std::min(known_tp, *std::max_element(h.begin(), h.end()));
     for (OpIdx v = 0; v < n; ++v) ub0[v] = std::min(ub0[v], h[v]);
   }
+  // Must-live bytes for every op when that costs at most kMustWork bitset words; otherwise for
+  // the ops with the most bytes live in those orders (must <= ub0: the others can only matter
+  // where ub0 is large), the rest counting their own storages.
+  size_t edges = 0, uses = 0;
+  for (const auto& p : g.preds) edges += p.size();
+  for (const Storage& st : g.storages) uses += st.users.size();
+  std::vector<OpIdx> columns(n);
+  for (OpIdx v = 0; v < n; ++v) columns[v] = v;
+  const double per_column = static_cast<double>(edges + uses + 1) / 64.0;
+  const auto most_columns = static_cast<size_t>(std::max(64.0, kMustWork / per_column));
+  if (out_of_time()) {
+    columns.clear();  // own storages only: O(E)
+  } else if (columns.size() > most_columns) {
+    std::stable_sort(columns.begin(), columns.end(), [&](OpIdx a, OpIdx b) { return ub0[a] > ub0[b]; });
+    columns.resize(most_columns);
+  }
+  const auto must = lower_bound_per_op(g, alignment, columns);
+  uint64_t best = *std::max_element(must.begin(), must.end());
+  if (known_tp <= best) return best;  // the program or the lescea order is optimal
   std::vector<uint64_t> ub = ub0;
   if (hint != nullptr) {
     const auto h = live_bytes_at_ops(g, *hint, alignment);
@@ -255,10 +286,8 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
   // Single cuts, most promising first (by ub0), at most `budget` ops considered: the ops
   // considered, and so the result, do not depend on `hint`; the hint only lets a cut be
   // skipped where it cannot raise the maximum (min_live(v) <= ub[v] <= best).
-  size_t edges = 0;
-  for (const auto& p : g.preds) edges += p.size();
-  const auto budget = static_cast<int64_t>(
-      std::min<double>(std::max<double>(kCutWork / static_cast<double>(n + edges + 1), kMinCuts), n));
+  const auto budget = static_cast<int64_t>(std::min<double>(
+      std::max<double>(kCutWork / static_cast<double>(n + edges + 1), kMinCuts), n));
   std::vector<OpIdx> order;
   for (OpIdx v = 0; v < n; ++v) {
     if (ub0[v] > best && ub0[v] > must[v]) order.push_back(v);
@@ -269,7 +298,7 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
   std::vector<char> considered(n, 0);
   int64_t used = 0;
   for (OpIdx v : order) {
-    if (ub0[v] <= best || used == budget) break;
+    if (ub0[v] <= best || used == budget || out_of_time()) break;
     ++used;
     considered[v] = 1;
     if (ub[v] <= best) continue;
@@ -290,13 +319,16 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
     } else if (!considered[v] || ub[v] < single) {
       continue;  // not considered, or min_live(v) <= ub[v] < single
     } else if (exact[v] == kUnknown) {
+      if (out_of_time()) break;
       exact[v] = cut.min_live(v);
     }
     if (exact[v] != single) continue;
+    if (out_of_time()) break;
     ++refined;
     std::vector<OpIdx> near;
     cut.min_live(v, -1, -1, &near);
     for (size_t k = 0; k < near.size() && k < kPairPartners && pairs < pair_budget; ++k, ++pairs) {
+      if (out_of_time()) break;
       best = std::max(best, cut.pair_bound(v, near[k], best));
     }
   }

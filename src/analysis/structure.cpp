@@ -112,28 +112,50 @@ std::vector<StorageKind> storage_kinds(const Graph& g) {
 }
 
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
+  std::vector<OpIdx> all(g.num_ops());
+  for (OpIdx v = 0; v < g.num_ops(); ++v) all[v] = v;
+  return lower_bound_per_op(g, alignment, all);
+}
+
+std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
+                                         const std::vector<OpIdx>& ops) {
   // Storage s (producer p, users U) is live at op v in every order iff p <= v <= some u in U in
-  // the partial order (or p <= v when s is a graph output). The ops v are processed in blocks
-  // of kBlock consecutive topological positions, so memory stays O(n * kBlock / 8) while the
-  // time is that of full n x n bitsets: O((E + sum of users) * n / 64).
-  constexpr int32_t kBlock = 8192;
-  constexpr int32_t kWords = kBlock / 64;
+  // the partial order (or p <= v when s is a graph output). The listed ops (the columns) are
+  // processed in blocks of up to kBlock, in program position: per block, a bitset row per op x
+  // of the block ops x reaches and of those that reach x. Time O((E + sum of users) * |ops| / 64),
+  // memory O(V * block / 8) with the block narrowed so that it stays under kRowBytes.
+  constexpr int32_t kMaxBlock = 8192;
+  constexpr size_t kRowBytes = size_t{64} << 20;  // both bitset tables together
   const int32_t n = g.num_ops();
+  // Ops not listed: their own storages (live at their step in every order).
   std::vector<uint64_t> must_live(n, 0);
+  for (OpIdx v = 0; v < n; ++v) {
+    for (StorageIdx s : g.op_storages[v]) must_live[v] += align_up(g.storages[s].size, alignment);
+  }
+  std::vector<OpIdx> cols = ops;
+  std::sort(cols.begin(), cols.end());
+  cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+  for (OpIdx v : cols) must_live[v] = 0;
+  int32_t block = kMaxBlock;
+  while (block > 64 && static_cast<size_t>(n) * 2 * (static_cast<size_t>(block) / 8) > kRowBytes) block /= 2;
+  std::vector<int32_t> bit(n, -1);  // column position within the current block
   std::vector<uint64_t> desc_in_block, anc_in_block;  // per op x: block ops that x reaches /
                                                        // that reach x (reflexive)
-  std::vector<uint64_t> span(kWords);
-  for (int32_t b0 = 0; b0 < n; b0 += kBlock) {
-    const int32_t b1 = std::min(n, b0 + kBlock);
-    const int32_t words = (b1 - b0 + 63) / 64;
+  std::vector<uint64_t> span;
+  for (size_t c0 = 0; c0 < cols.size(); c0 += static_cast<size_t>(block)) {
+    const size_t c1 = std::min(cols.size(), c0 + static_cast<size_t>(block));
+    const OpIdx b0 = cols[c0], b1 = cols[c1 - 1] + 1;  // ops of the block lie in [b0, b1)
+    const int32_t words = static_cast<int32_t>((c1 - c0 + 63) / 64);
+    for (size_t c = c0; c < c1; ++c) bit[cols[c]] = static_cast<int32_t>(c - c0);
     // x reaches a block op only if x < b1; a block op reaches x only if x >= b0.
     desc_in_block.assign(static_cast<size_t>(b1) * words, 0);
     anc_in_block.assign(static_cast<size_t>(n - b0) * words, 0);
+    span.assign(words, 0);
     auto desc_row = [&](OpIdx x) { return desc_in_block.data() + static_cast<size_t>(x) * words; };
     auto anc_row = [&](OpIdx x) { return anc_in_block.data() + static_cast<size_t>(x - b0) * words; };
     for (OpIdx x = b1 - 1; x >= 0; --x) {
       uint64_t* r = desc_row(x);
-      if (x >= b0) r[(x - b0) / 64] |= uint64_t{1} << ((x - b0) % 64);
+      if (bit[x] >= 0) r[bit[x] / 64] |= uint64_t{1} << (bit[x] % 64);
       for (OpIdx y : g.succs[x]) {
         if (y >= b1) continue;
         const uint64_t* q = desc_row(y);
@@ -142,7 +164,7 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
     }
     for (OpIdx x = b0; x < n; ++x) {
       uint64_t* r = anc_row(x);
-      if (x < b1) r[(x - b0) / 64] |= uint64_t{1} << ((x - b0) % 64);
+      if (bit[x] >= 0) r[bit[x] / 64] |= uint64_t{1} << (bit[x] % 64);
       for (OpIdx y : g.preds[x]) {
         if (y < b0) continue;
         const uint64_t* q = anc_row(y);
@@ -157,7 +179,7 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
       if (st.graph_output) {
         for (int32_t w = 0; w < words; ++w) span[w] = d[w];
       } else {
-        std::fill(span.begin(), span.begin() + words, 0);
+        std::fill(span.begin(), span.end(), 0);
         for (OpIdx u : st.users) {
           if (u < b0) continue;
           const uint64_t* a = anc_row(u);
@@ -167,10 +189,11 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
       }
       for (int32_t w = 0; w < words; ++w) {
         for (uint64_t bits = span[w]; bits != 0; bits &= bits - 1) {
-          must_live[b0 + w * 64 + std::countr_zero(bits)] += size;
+          must_live[cols[c0 + static_cast<size_t>(w) * 64 + std::countr_zero(bits)]] += size;
         }
       }
     }
+    for (size_t c = c0; c < c1; ++c) bit[cols[c]] = -1;
   }
   return must_live;
 }

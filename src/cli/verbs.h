@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <stdexcept>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ using Verbs = std::vector<Verb>;
 
 /// Progress line on stderr, only when stderr is a terminal and --quiet was not given.
 void progress(const std::string& message);
+
+/// When the process started (what --time-limit counts from), and the seconds since.
+extern const std::chrono::steady_clock::time_point g_start;
+/// Wall-clock seconds since the process started (what --time-limit counts from).
+double seconds_since_start();
 
 }  // namespace roam::cli
 

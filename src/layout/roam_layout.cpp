@@ -485,11 +485,18 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = g.storages.size();
 
-  // 1. Baselines: the upper bound and the fallback.
+  // 1. Baselines: the upper bound and the fallback. Once the time limit has passed, only the
+  // first (any valid layout will do) and no search.
+  const double budget = options.time_limit_seconds;
+  auto out_of_time = [&] {
+    return budget > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= budget;
+  };
   Layout best;
   uint64_t best_arena = 0;
   bool have = false;
   for (const char* m : {"llfb", "greedy_by_size", "best_fit", "pytorch"}) {
+    if (have && out_of_time()) break;
     Layout l = make_layout(g, live, m, alignment);
     const uint64_t a = arena_bytes(g, l.offsets, alignment);
     if (!have || a < best_arena) {
@@ -500,7 +507,7 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   }
   best.reserved_bytes = best_arena;
   const uint64_t tp = theoretical_peak(g, live, alignment);
-  if (n == 0 || best_arena <= tp) return best;
+  if (n == 0 || best_arena <= tp || out_of_time()) return best;
 
   // 2. Independent windows: cut wherever no lifetime crosses.
   std::vector<AllocBuffer> buffers(n);
@@ -548,7 +555,6 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   }
 
   // 4. Exact leaves.
-  const double budget = options.time_limit_seconds;
   const int64_t search_limit = search_node_limit(options);
   run_leaf_jobs(jobs, options.threads, tp, [&](const LeafJob& j) {
     AllocSolveOptions o;

@@ -73,8 +73,8 @@ Settings read_settings(const PlanOptions& o, Clock::time_point start) {
   s.seg.exact_state_limit = std::max<int64_t>(1, get_int("exact_state_limit", 200000));
   s.seg.local_search_swaps = std::max<int64_t>(0, get_int("local_search_swaps", 1000000));
   const double limit = o.time_limit_seconds > 0 ? o.time_limit_seconds : 1e9;
-  s.seg.deadline = start + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(std::min(limit, 1e9)));
+  s.seg.deadline = std::min(o.deadline, start + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::min(limit, 1e9))));
   return s;
 }
 
@@ -1258,6 +1258,10 @@ RoamStructure roam_structure(const Graph& g, const PlanOptions& options, GroupPl
   return rs;
 }
 
+namespace {
+struct TimeUp {};  // the deadline passed before the roam candidates could start
+}  // namespace
+
 Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* stats_out) {
   const auto start = Clock::now();
   const uint64_t alignment = options.alignment;
@@ -1281,7 +1285,11 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
   }
   // The cut lower bound: the searches stop where they reach it, and a baseline that reaches it
   // is optimal already (unless a roam candidate is asked for by name).
-  stats.lower_bound = lower_bound(g, alignment, &baselines[best_baseline].second);
+  // It gets at most 30% of the time left: a bound stopped early is smaller, still valid.
+  bool bound_stopped = false;
+  stats.lower_bound = lower_bound(g, alignment, &baselines[best_baseline].second,
+                                  start + (settings.seg.deadline - start) * 3 / 10, &bound_stopped);
+  stats.time_limit_hit = bound_stopped;
   const bool wants_variant = options.extra.is_object() && options.extra.contains("return_variant");
   if (settings.shortcut && !wants_variant &&
       stats.baselines[baselines[best_baseline].first].get<uint64_t>() <= stats.lower_bound) {
@@ -1308,12 +1316,18 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
               << what << "\n";
   };
   try {
+    // Past the deadline already: the best baseline (below), no roam candidate.
+    if (Clock::now() > settings.seg.deadline) throw TimeUp{};
     const Prep p = prepare(g, settings, alignment);
     stats.pinned_sources = static_cast<int32_t>(p.sources.size());
     stats.groups = static_cast<int32_t>(p.groups.size());
     std::vector<std::vector<int32_t>> placed;  // placements already solved (skip repeats)
     auto run = [&](const std::string& name, GroupPlacement mode, bool by_extra,
                    const Settings& with) {
+      if (!cands.empty() && Clock::now() > settings.seg.deadline) {  // the first one always runs
+        stats.time_limit_hit = true;
+        return;
+      }
       const std::vector<int32_t> gap = placement(p, mode, with);
       if (std::find(placed.begin(), placed.end(), gap) != placed.end()) return;
       placed.push_back(gap);
@@ -1338,7 +1352,7 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
     } else {
       run("roam-latest", GroupPlacement::kLatest, false, settings);
     }
-    if (settings.exact && !p.groups.empty()) {
+    if (settings.exact && !p.groups.empty() && Clock::now() <= settings.seg.deadline) {
       // No artificial edges: exact when every segment is small enough for the exact search.
       const Blocks b = make_blocks(g, p, {});
       bool small = true;
@@ -1352,6 +1366,8 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
   } catch (const detail::InternalError& e) {
     cands.clear();
     warn(e.what());
+  } catch (const TimeUp&) {
+    stats.time_limit_hit = true;
   }
   for (auto it = cands.begin(); it != cands.end();) {
     if (is_topological(g, it->r.order)) {

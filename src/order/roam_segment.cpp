@@ -638,13 +638,27 @@ SegmentResult solve_segment(const SegmentProblem& p, const std::vector<std::vect
       r.peak = peak;
     }
   };
-  for (const auto& h : hints) consider(h);
+  // Past the deadline only the first hint (any valid order will do) is taken.
+  auto out_of_time = [&] {
+    if (r.order.empty() || std::chrono::steady_clock::now() <= settings.deadline) return false;
+    r.time_limit_hit = true;
+    return true;
+  };
+  for (const auto& h : hints) {
+    if (out_of_time()) return r;
+    consider(h);
+  }
   if (p.k > 1) {
+    if (out_of_time()) return r;
     consider(schedule_lescea(p));
+    if (out_of_time()) return r;
     consider(schedule_lpmf(p));
+    if (out_of_time()) return r;
     consider(schedule_reversed(p, schedule_lescea));
+    if (out_of_time()) return r;
     consider(schedule_reversed(p, schedule_lpmf));
   }
+  if (out_of_time()) return r;
   const uint64_t floor = std::max(target, segment_lower_bound(p));
   if (r.peak <= floor) {
     r.exact_finished = true;

@@ -72,40 +72,68 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req) {
 }
 
 PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint64_t> lower_bound_bytes) {
-  const auto start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  // The whole request ends by `end`. The order may use up to half of the time, the layout what
+  // is left but a tenth (kept for the baseline pairs); a planner that is done early leaves its
+  // time to the next.
+  const double limit = std::min(req.options.time_limit_seconds > 0 ? req.options.time_limit_seconds : 1e9, 1e9);
+  const Clock::time_point end =
+      std::min(req.options.deadline,
+               start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit)));
+  auto seconds_left = [&] { return std::chrono::duration<double>(end - Clock::now()).count(); };
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  PlanRequest for_order = req;
+  for_order.options.deadline = start + (end - start) / 2;
+  for_order.options.time_limit_seconds = std::max(seconds_left() / 2, 1e-3);
   std::string order_method;
   nlohmann::json order_stats;
-  Order order = choose_order(g, req.order, req.options, order_method, order_stats);
-  const double order_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Order order = choose_order(g, req.order, for_order.options, order_method, order_stats);
+  const double order_seconds = elapsed();
   PlanRequest with_order = req;
   with_order.order = order_method;
+  const bool pairs_wanted = req.order == "auto" && req.layout == "auto";
+  with_order.options.deadline = pairs_wanted ? end - (end - Clock::now()) / 10 : end;
+  with_order.options.time_limit_seconds =
+      std::max(std::chrono::duration<double>(with_order.options.deadline - Clock::now()).count(), 1e-3);
   // The roam order computed the bound already; otherwise the order is the hint that lets the
-  // cut bound skip most ops (the value is the same either way).
+  // cut bound skip most ops (the value is the same either way, unless the time runs out first:
+  // then a smaller bound, still valid).
   const uint64_t lb = lower_bound_bytes ? *lower_bound_bytes
                       : order_stats.contains("lower_bound")
                           ? order_stats["lower_bound"].get<uint64_t>()
-                          : lower_bound(g, req.options.alignment, &order);
+                          : lower_bound(g, req.options.alignment, &order, with_order.options.deadline);
   PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
   if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
-  if (req.order == "auto" && req.layout == "auto") {
+  if (pairs_wanted) {
     // The whole-plan invariant: never worse than a baseline (order, layout) pair. The baseline
     // orders each get the baseline layouts (pytorch excepted: a simulation, not a planner);
-    // a pair with a smaller arena replaces the plan. Skipped once the time limit is spent.
-    const double limit = req.options.time_limit_seconds;
-    auto elapsed = [&] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
+    // a pair with a smaller arena replaces the plan. A pair starts only when the time left
+    // holds the longest one so far (the first: when any time is left); the pairs not run are
+    // listed as skipped.
     nlohmann::json pairs = nlohmann::json::object();
+    nlohmann::json skipped = nlohmann::json::array();
+    double longest = 0;
     for (const std::string& om : order_methods()) {
-      if (om == "roam" || elapsed() > limit) continue;
-      const auto order_start = std::chrono::steady_clock::now();
+      if (om == "roam") continue;
+      if (seconds_left() <= longest) {
+        for (const std::string& lm : layout_methods()) {
+          if (lm != "roam" && lm != "pytorch") skipped.push_back(om + "+" + lm);
+        }
+        continue;
+      }
+      const auto order_start = Clock::now();
       Order o = make_order(g, om, req.options);
-      const double os =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - order_start).count();
+      const double os = std::chrono::duration<double>(Clock::now() - order_start).count();
       for (const std::string& lm : layout_methods()) {
-        if (lm == "roam" || lm == "pytorch" || elapsed() > limit) continue;
+        if (lm == "roam" || lm == "pytorch") continue;
+        if (seconds_left() <= longest) {
+          skipped.push_back(om + "+" + lm);
+          continue;
+        }
+        const auto pair_start = Clock::now();
         PlanResult b = make_plan_for_order(g, o, os, {om, lm, req.options}, lb);
+        longest = std::max(longest, std::chrono::duration<double>(Clock::now() - pair_start).count());
         pairs[om + "+" + lm] = b.plan.stats.arena_bytes;
         if (b.plan.stats.arena_bytes < r.plan.stats.arena_bytes) {
           b.plan.options = r.plan.options;
@@ -114,6 +142,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
       }
     }
     r.plan.options["baseline_pairs"] = std::move(pairs);
+    if (!skipped.empty()) r.plan.options["baseline_pairs_skipped"] = std::move(skipped);
     r.plan.stats.solve_seconds = elapsed();
   }
   if (req.order == "auto" || req.layout == "auto") {

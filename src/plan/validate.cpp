@@ -228,7 +228,8 @@ void sweep_overlaps(const Graph& x, const std::vector<uint64_t>& offsets, uint64
 
 }  // namespace
 
-ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const std::string& file) {
+ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const std::string& file,
+                               std::optional<uint64_t> proven_lower_bound) {
   const Reader r{file};
   if (!doc.is_object()) r.fail("(document)", "", "must be a JSON object");
   const auto& format = r.get(doc, "format");
@@ -467,7 +468,8 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   // The plan's order speeds the cut bound up only when it is a valid order (any hint gives the
   // same value).
   st.lower_bound_bytes = v2 ? recompute_lower_bound(g, alignment)
-                            : lower_bound(g, alignment, order_respects_dependencies ? &order : nullptr);
+                        : proven_lower_bound ? *proven_lower_bound
+                                             : lower_bound(g, alignment, order_respects_dependencies ? &order : nullptr);
   st.fragmentation = tp == 0 ? 0.0 : static_cast<double>(arena) / static_cast<double>(tp) - 1.0;
   st.solve_seconds = jstats["solve_seconds"].get<double>();
   if (st.solve_seconds < 0) problem("stats.solve_seconds: negative");
