@@ -403,6 +403,7 @@ Graph parse_graph(const json& doc, const std::string& file) {
   // Tensors.
   const json& tensors = require_array(c, doc, "tensors", "", "", false);
   g.tensors.reserve(tensors.size());
+  g.tensor_index.reserve(tensors.size());
   std::vector<std::string> alias_names(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const json& jt = tensors[i];
@@ -445,6 +446,7 @@ Graph parse_graph(const json& doc, const std::string& file) {
   // Ops.
   const json& ops = require_array(c, doc, "ops", "", "", false);
   g.ops.reserve(ops.size());
+  g.op_index.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     const json& jo = ops[i];
     const std::string field = "ops[" + std::to_string(i) + "]";

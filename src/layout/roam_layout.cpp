@@ -199,7 +199,8 @@ void run_leaf_jobs(std::vector<LeafJob>& jobs, int threads, uint64_t good_enough
       // The time sweep packs most training windows; where it stops above Tp, the portfolio's
       // most-constrained-cell branching (the MiniMalloc benchmarks' mode) gets a turn, from the
       // sweep's result (ViT-B/16 b1 with the roam order: 0.79% -> 0%).
-      AllocSolveOptions second = o;
+      AllocSolveOptions second = options_for(j);  // the time left now, not at the first pass
+      second.threads = search_threads;
       second.time_sweep = false;
       second.max_probes = 0;  // bisect down to Tp or a proof, within the time limit
       second.node_limit = std::max(o.node_limit, second_pass_nodes);
