@@ -247,6 +247,10 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
     if (stopped != nullptr) *stopped = true;
     return true;
   };
+  if (out_of_time()) {  // every op's own storages only: O(E)
+    const auto own = lower_bound_per_op(g, alignment, {});
+    return *std::max_element(own.begin(), own.end());
+  }
   // ub0[v]: bytes live at v's step in the program or the lescea order (an upper bound on
   // min_live(v) that does not depend on `hint`); ub[v]: the same with `hint` too; known_tp:
   // the smallest Tp of those orders.

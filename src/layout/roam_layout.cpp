@@ -486,19 +486,21 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   const auto t0 = std::chrono::steady_clock::now();
   const size_t n = g.storages.size();
 
-  // 1. Baselines: the upper bound and the fallback. Once the time limit has passed, only the
-  // first (any valid layout will do) and no search.
+  // 1. Baselines: the upper bound and the fallback. The first always (any valid layout will
+  // do), the others while the time left holds the longest one so far; no search once the time
+  // limit has passed.
   const double budget = options.time_limit_seconds;
-  auto out_of_time = [&] {
-    return budget > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= budget;
-  };
+  auto used = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto out_of_time = [&] { return budget > 0 && used() >= budget; };
   Layout best;
   uint64_t best_arena = 0;
   bool have = false;
+  double longest = 0;
   for (const char* m : {"llfb", "greedy_by_size", "best_fit", "pytorch"}) {
-    if (have && out_of_time()) break;
+    if (have && budget > 0 && budget - used() <= longest) break;
+    const double before = used();
     Layout l = make_layout(g, live, m, alignment);
+    longest = std::max(longest, used() - before);
     const uint64_t a = arena_bytes(g, l.offsets, alignment);
     if (!have || a < best_arena) {
       best = std::move(l);
