@@ -31,7 +31,7 @@ MiB = float(1 << 20)
 KEY = ("(peak = resident + this plan's arena; CPU allocator = resident + Tp of the graph's own "
        "op order, what eager PyTorch holds on a CPU; CUDA caching allocator = resident + the "
        "segments PyTorch's allocator would hold for that order on a GPU; lower bound = no "
-       "valid order needs less)")
+       "valid order needs less; under a budget, no schedule with recomputation needs less)")
 
 
 def percent_change(value: int, reference: int) -> str:
@@ -87,8 +87,8 @@ def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
     if set(order) != set(ops):
         raise ValueError("the order does not list every op of the graph (or lists others)")
 
-    def module(o):
-        return o.get("module") or "no module"
+    def module(o):  # outside every module's forward: the optimizer's update, or loss and glue
+        return o.get("module") or ("optimizer update" if o.get("phase") == "update" else "no module")
     RESIDENT = "resident"
     binding = {}     # tensor id -> instance index, or RESIDENT
     inst = []        # instances: dict(name, size, first, last, module, op)

@@ -879,3 +879,25 @@ def test_extension_builds_from_a_fresh_configure(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "program" in r.stdout, r.stderr
+
+
+def test_step_in_eval_mode_runs_eagerly_and_matches_the_eager_loop():
+    """The graph fixes train-mode dropout and BatchNorm: called after model.eval(), the step must
+    not run the captured train-mode graph (found by a fresh reader: loss 2.937 vs 2.540 eager,
+    silently). It runs an ordinary eager step in eval mode, and the plan again after train()."""
+    model, o, loss_fn, batch = make("conv_bn")
+    eag_m, eag_o = copy.deepcopy((model, o))
+    step = optimize(model, o, loss_fn, batch(1))
+    model.eval()
+    eag_m.eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        l = step(*batch(2))
+    le = eager_step(eag_m, eag_o, loss_fn, batch(2))
+    assert step.reports[-1].mode == "eager"
+    assert "train/eval mode" in step.reports[-1].reason
+    assert any("train/eval mode" in str(w.message) for w in caught)
+    assert torch.equal(l, le) and same_params(model, eag_m)
+    model.train()
+    step(*batch(3))
+    assert step.reports[-1].mode == "planned"

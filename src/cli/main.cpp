@@ -121,8 +121,10 @@ std::string peak_line(const roam::ValidationReport& rep, uint64_t alignment) {
   std::stable_sort(here.begin(), here.end(), [&](roam::StorageIdx a, roam::StorageIdx b) {
     return x.storages[a].size > x.storages[b].size;
   });
+  // An op outside every module's forward: the optimizer's update, or the loss and glue.
   auto module_of = [&](roam::OpIdx v) {
-    return x.ops[v].module.empty() ? std::string("no module") : x.ops[v].module;
+    if (!x.ops[v].module.empty()) return x.ops[v].module;
+    return std::string(x.ops[v].phase == roam::Phase::kUpdate ? "optimizer update" : "no module");
   };
   std::string line = "op index " + std::to_string(t) + " (" + x.ops[t].id + " " + x.ops[t].target +
                      ", " + module_of(t) + "): " + std::to_string(here.size()) + " storages; largest ";
@@ -483,6 +485,13 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                 << ": " << at_peak << "\n";
     }
   }
+  if (budget_plan) {  // and at the peak of the plan under the budget (with recomputation)
+    roam::ValidationReport rep;
+    checked_plan_json(g, budget_plan->plan, &rep);
+    if (const std::string at_peak = peak_line(rep, alignment); !at_peak.empty()) {
+      std::cout << "at the peak under --budget: " << at_peak << "\n";
+    }
+  }
   if (best) {
     std::cout << "best: order " << best->r.plan.order_method << ", layout "
               << best->r.plan.layout_method << "\n";
@@ -548,12 +557,13 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
     const Row& row = *gr.row;
     const roam::PlanStats& st = row.r.plan.stats;
     const double ratio = lb ? static_cast<double>(st.theoretical_peak_bytes) / static_cast<double>(lb) : 1.0;
-    const double red = ref_peak ? 100.0 * (1.0 - static_cast<double>(row.peak) / static_cast<double>(ref_peak)) : 0.0;
-    std::printf("%-8s %-15s %10s %7.4f %10s %7.2f %10s %10s %8.3f %10.2f%%%s\n",
+    // Signed as in the headline: negative = less than the reference.
+    const double change = ref_peak ? 100.0 * (static_cast<double>(row.peak) / static_cast<double>(ref_peak) - 1.0) : 0.0;
+    std::printf("%-8s %-15s %10s %7.4f %10s %7.2f %10s %10s %8.3f %+10.2f%%%s\n",
                 row.r.plan.order_method.c_str(), row.r.plan.layout_method.c_str(),
                 mib(st.theoretical_peak_bytes).c_str(), ratio, mib(st.arena_bytes).c_str(),
                 100.0 * st.fragmentation, mib(st.peak_bytes).c_str(), mib(row.peak).c_str(),
-                st.solve_seconds, red, gr.ties.empty() ? "" : ("  " + tie_text(gr.ties)).c_str());
+                st.solve_seconds, change, gr.ties.empty() ? "" : ("  " + tie_text(gr.ties)).c_str());
   }
   if (!creq.all && groups.size() < rows.size()) {
     std::cout << groups.size() << " distinct results of " << rows.size()
@@ -579,8 +589,8 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   }
   std::cout << "peak = resident + arena (as in the plan file); held = resident + bytes the method "
                "reserves (= peak, except that the pytorch caching simulation holds whole "
-               "segments); vs_pytorch = reduction of held against program + pytorch (positive: "
-               "less); Tp bound = no order's Tp is lower (computed in "
+               "segments); vs_pytorch = change of held against program + pytorch (negative: "
+               "less, as in the headline); Tp bound = no order's Tp is lower (computed in "
             << fixed(lb_seconds, 3) << " s)\n";
   if (!creq.json_path.empty()) {
     nlohmann::json doc = {{"graph", g.name}, {"ops", g.ops.size()}, {"storages", g.storages.size()},

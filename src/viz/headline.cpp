@@ -62,7 +62,7 @@ const char* headline_key() {
   return "(peak = resident + this plan's arena; CPU allocator = resident + Tp of the graph's own "
          "op order, what eager PyTorch holds on a CPU; CUDA caching allocator = resident + the "
          "segments PyTorch's allocator would hold for that order on a GPU; lower bound = no "
-         "valid order needs less)";
+         "valid order needs less; under a budget, no schedule with recomputation needs less)";
 }
 
 }  // namespace roam

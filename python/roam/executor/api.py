@@ -445,6 +445,9 @@ class RoamStep:
                  record=False, workspaces="arena"):
         from ..capture.trace import make_state  # noqa: F401  (fail early if capture changed)
         self.model = model
+        # train/eval mode of every submodule when the step was captured (it fixes dropout and
+        # BatchNorm's behaviour in the graph): a step called in another mode runs eagerly
+        self._captured_modes = [m.training for m in model.modules()]
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.captured = captured
@@ -723,6 +726,9 @@ class RoamStep:
         inputs = tuple(inputs)
         flat, params, reason = self._bind(inputs)
         created, first_estimate = 0, None
+        if [m.training for m in self.model.modules()] != self._captured_modes:
+            reason = ("the model's train/eval mode differs from the captured step's (dropout and "
+                      "BatchNorm behave differently; call model.train() to run the plan again)")
         if reason == NO_STATE and self.program is not None and self.program_order_reason is None:
             # a fresh optimizer: create its state as its own first step would start from it
             # (zeros), when that is exact and the planned step then holds no more than an
