@@ -40,6 +40,7 @@ budget that is not a size), 3 a budget roam cannot meet.
 """
 
 import argparse
+import os
 import copy
 import json
 import statistics
@@ -132,29 +133,51 @@ def bit_identical(a: torch.nn.Module, b: torch.nn.Module) -> bool:
                                                           b.named_parameters()))
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}")
+    if not (0 < value <= 1e6):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds up to 1e6, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m roam.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True,
                    help="model to train (the list of python -m roam.capture --list-models)")
-    p.add_argument("--batch-size", type=int, default=1, help="samples per batch (default 1)")
-    p.add_argument("--steps", type=int, default=3,
+    p.add_argument("--batch-size", type=_positive_int, default=1, help="samples per batch (default 1)")
+    p.add_argument("--steps", type=_positive_int, default=3,
                    help="training steps measured after the planned one (default 3)")
-    p.add_argument("--image-size", type=int, default=224,
+    p.add_argument("--image-size", type=_positive_int, default=224,
                    help="image height and width in pixels, torchvision models (default 224)")
-    p.add_argument("--num-classes", type=int, default=1000,
+    p.add_argument("--num-classes", type=_positive_int, default=1000,
                    help="classes of a torchvision model's output (default 1000)")
-    p.add_argument("--seq-len", type=int, default=None,
+    p.add_argument("--seq-len", type=_positive_int, default=None,
                    help="tokens per sample, zoo and BERT models (default: 128 for BERT, 1024 "
                         "for gpt2*)")
     p.add_argument("--optimizer", default="adam", choices=("adam", "adamw", "sgd"),
                    help="adam (default), adamw (weight decay 0.01) or sgd (lr 0.01, momentum "
                         "0.9)")
     p.add_argument("--order", default="roam",
+                   choices=("auto", "roam", "program", "lescea", "lpmf", "bfs", "dfs"),
                    help="operator order of the plan, as roam plan --order (default roam)")
     p.add_argument("--layout", default="roam",
+                   choices=("auto", "roam", "pytorch", "llfb", "greedy_by_size", "best_fit"),
                    help="arena layout of the plan, as roam plan --layout (default roam)")
-    p.add_argument("--time-limit", type=float, default=60.0,
+    p.add_argument("--time-limit", type=_seconds, default=60.0,
                    help="seconds the planner may spend (default 60)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the model's initial weights and of the random batches")
@@ -184,7 +207,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        parser.error(f"--json {args.json}: its folder does not exist")
     from .executor import BudgetInfeasible, optimize, parse_size
     from .capture.errors import UnknownModelError
 

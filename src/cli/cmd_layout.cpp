@@ -5,6 +5,7 @@
 // the message says which); 2 bad input; 3 the solution failed the independent check (a bug;
 // nothing is written).
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -36,6 +37,12 @@ std::string secs(double s) {
 int run_layout(const LayoutArgs& a, const CLI::App& cmd) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool have_capacity = cmd.count("--capacity") > 0;
+  if (!a.out.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(a.csv, a.out, ec)) {
+      throw roam::InputError(a.out, "-o", "", "is the input CSV itself; choose another name");
+    }
+  }
   progress("reading " + a.csv);
   const CsvLayoutProblem p = read_layout_csv(a.csv);
   const uint64_t lb = live_size_lower_bound(p.buffers);
@@ -153,7 +160,7 @@ void add_layout_verb(CLI::App& app, Verbs& verbs) {
                   "portfolio threads (the result is the same for any count)")
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--time-limit", args.time_limit, "wall-clock limit in seconds")
-      ->check(CLI::Range(1e-3, 1e6))->capture_default_str();
+      ->check(finite_seconds(1e-3, 1e6))->capture_default_str();
   cmd->add_option("--search-node-limit", args.node_limit, "search nodes per portfolio search and probe")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 62))->capture_default_str();
   verbs.push_back({cmd, [cmd] { return run_layout(args, *cmd); }});

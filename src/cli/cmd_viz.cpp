@@ -157,7 +157,7 @@ void add_viz_verb(CLI::App& app, Verbs& verbs) {
       ->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_option("--time-limit", args.options.time_limit_seconds,
                   "wall-clock budget of each roam order planner call, seconds")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(finite_seconds(1e-3, 1e6))->capture_default_str();
   verbs.push_back({cmd, [] { return run_viz(args); }});
 }
 

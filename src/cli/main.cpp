@@ -362,6 +362,12 @@ struct CompareRequest {
 int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                 const CompareRequest& creq, const std::optional<uint64_t>& budget) {
   const uint64_t alignment = options.alignment;
+  if (!creq.json_path.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(graph_path, creq.json_path, ec)) {
+      throw roam::InputError(creq.json_path, "--json", "", "is the graph file itself; choose another name");
+    }
+  }
   const roam::Graph g = load(graph_path);
   progress("lower bound");
   const auto& orders = creq.orders.empty() ? roam::order_methods() : creq.orders;

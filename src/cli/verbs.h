@@ -10,6 +10,7 @@
 #include <functional>
 #include <stdexcept>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,28 @@ using Verbs = std::vector<Verb>;
 
 /// Progress line on stderr, only when stderr is a terminal and --quiet was not given.
 void progress(const std::string& message);
+
+/// A CLI11 check for a --time-limit: a finite number of seconds in [lo, hi] (CLI::Range lets
+/// NaN through).
+inline CLI::Validator finite_seconds(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(text, &used);
+          if (used != text.size()) return "must be a number of seconds, got '" + text + "'";
+        } catch (const std::exception&) {
+          return "must be a number of seconds, got '" + text + "'";
+        }
+        if (!std::isfinite(v) || v < lo || v > hi) {
+          return "must be a finite number of seconds in [" + CLI::detail::to_string(lo) + ", " +
+                 CLI::detail::to_string(hi) + "], got '" + text + "'";
+        }
+        return "";
+      },
+      "SECONDS");
+}
 
 /// When the process started (what --time-limit counts from), and the seconds since.
 extern const std::chrono::steady_clock::time_point g_start;

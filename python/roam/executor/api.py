@@ -132,7 +132,7 @@ _SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "t
 def parse_size(size: Union[int, str]) -> int:
     """Bytes of a memory size: an int (bytes) or a string such as ``"2GiB"``, ``"512MiB"``,
     ``"1.5 GiB"``, ``"3000000"`` (units B, KiB, MiB, GiB, TiB = powers of 1024; KB, MB, GB, TB =
-    powers of 1000; case-insensitive). Raises ValueError for anything else or a size <= 0."""
+    powers of 1000; case-insensitive). Raises ValueError for anything else, a size <= 0 or above 2^62 bytes."""
     import re
     if isinstance(size, bool):
         raise ValueError(f"not a memory size: {size!r}")
@@ -144,9 +144,14 @@ def parse_size(size: Union[int, str]) -> int:
         if m is None or unit not in _SIZE_UNITS:
             raise ValueError(f"not a memory size: {size!r} (bytes, or a number with B, KiB, "
                              f"MiB, GiB, TiB, KB, MB, GB or TB, e.g. 2GiB)")
-        value = int(float(m.group(1)) * _SIZE_UNITS[unit])
+        number = float(m.group(1)) * _SIZE_UNITS[unit]
+        if not number < 2.0 ** 63:  # inf included
+            raise ValueError(f"memory size {size!r} is above 2^62 bytes")
+        value = int(number)
     if value <= 0:
         raise ValueError(f"a memory size must be positive, not {size!r}")
+    if value > 2 ** 62:
+        raise ValueError(f"memory size {size!r} is above 2^62 bytes (the planner's limit)")
     return value
 
 
