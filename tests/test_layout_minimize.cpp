@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "roam/roam_layout.h"
+#include "testing.h"
 
 namespace roam {
 namespace {
@@ -88,15 +89,7 @@ TEST(Minimize, ReturnsToTheLowestHeightWithLargerBudgets) {
   int checked = 0;
   for (int it = 0; it < 200; ++it) {
     const int n = 2 + static_cast<int>(rng() % 5);
-    std::vector<AllocBuffer> b;
-    for (int i = 0; i < n; ++i) {
-      AllocBuffer x;
-      x.lower = static_cast<int64_t>(rng() % 5);
-      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 4);
-      x.size = 1 + rng() % 4;
-      x.alignment = it % 4 == 0 ? 1 + rng() % 3 : 1;
-      b.push_back(x);
-    }
+    const std::vector<AllocBuffer> b = roamtest::random_tiny_buffers(rng, n, 5, 4, 4, it % 4 == 0, 3);
     const uint64_t opt = brute_min_height(b);
     AllocSolveOptions o;
     o.time_limit_seconds = 0;  // node limits only: deterministic
@@ -165,15 +158,7 @@ TEST(Minimize, BoundsAgreeWithBruteForceUnderSmallBudgets) {
   std::mt19937_64 rng(4242);
   for (int it = 0; it < 150; ++it) {
     const int n = 3 + static_cast<int>(rng() % 4);
-    std::vector<AllocBuffer> b;
-    for (int i = 0; i < n; ++i) {
-      AllocBuffer x;
-      x.lower = static_cast<int64_t>(rng() % 6);
-      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 4);
-      x.size = 1 + rng() % 5;
-      x.alignment = it % 3 == 0 ? 1 + rng() % 2 : 1;
-      b.push_back(x);
-    }
+    const std::vector<AllocBuffer> b = roamtest::random_tiny_buffers(rng, n, 6, 4, 5, it % 3 == 0, 2);
     const uint64_t opt = brute_min_height(b);
     AllocSolveOptions o;
     o.time_limit_seconds = 0;

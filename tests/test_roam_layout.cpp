@@ -261,15 +261,7 @@ TEST(ExactSolver, EqualsBruteForceOnRandomInstances) {
   int checked = 0;
   for (int it = 0; it < 300; ++it) {
     const int n = 1 + static_cast<int>(rng() % 5);
-    std::vector<AllocBuffer> b;
-    for (int i = 0; i < n; ++i) {
-      AllocBuffer x;
-      x.lower = static_cast<int64_t>(rng() % 5);
-      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 4);
-      x.size = 1 + rng() % 4;
-      x.alignment = (it % 3 == 0) ? 1 + rng() % 3 : 1;
-      b.push_back(x);
-    }
+    const std::vector<AllocBuffer> b = roamtest::random_tiny_buffers(rng, n, 5, 4, 4, it % 3 == 0, 3);
     const uint64_t opt = brute_min_height(b);
     const AllocResult at = solve_allocation(b, opt);
     ASSERT_EQ(at.status, AllocStatus::kFeasible) << "instance " << it;

@@ -687,6 +687,24 @@ inline std::string graph_layout_problem(const roam::Graph& g, const roam::Livene
   return "";
 }
 
+// n tiny random buffers for brute-force checks: lower in [0, max_lower), lifetime 1..max_len
+// steps, size 1..max_size, alignment 1..max_align when `aligned` (else 1). Drawn in that order.
+inline std::vector<roam::AllocBuffer> random_tiny_buffers(std::mt19937_64& rng, int n,
+                                                          uint64_t max_lower, uint64_t max_len,
+                                                          uint64_t max_size, bool aligned,
+                                                          uint64_t max_align) {
+  std::vector<roam::AllocBuffer> b;
+  for (int i = 0; i < n; ++i) {
+    roam::AllocBuffer x;
+    x.lower = static_cast<int64_t>(rng() % max_lower);
+    x.upper = x.lower + 1 + static_cast<int64_t>(rng() % max_len);
+    x.size = 1 + rng() % max_size;
+    x.alignment = aligned ? 1 + rng() % max_align : 1;
+    b.push_back(x);
+  }
+  return b;
+}
+
 // Buffers with half-open lifetimes (the pairwise rule of the MiniMalloc README): aligned
 // offsets, below `capacity`, and two buffers live together (both of non-zero size) get disjoint
 // byte ranges; "" when valid, else the first problem.
