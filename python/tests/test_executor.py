@@ -901,3 +901,23 @@ def test_step_in_eval_mode_runs_eagerly_and_matches_the_eager_loop():
     model.train()
     step(*batch(3))
     assert step.reports[-1].mode == "planned"
+
+
+def test_headline_names_the_simulated_cuda_caching_allocator_like_roam_plan(tmp_path):
+    """The step's headline has the GPU reference that roam plan and roam compare print: the
+    segments PyTorch's CUDA caching allocator would reserve (simulated) for the program order,
+    resident included; recounted here by `roam compare --orders program --layouts pytorch`."""
+    import gzip
+    import json
+    model, o, loss_fn, batch = make("conv_bn")
+    step = optimize(model, o, loss_fn, batch(1))
+    graph_file = tmp_path / "g.json.gz"
+    with gzip.open(graph_file, "wt") as f:
+        json.dump(step.graph, f)
+    rows = tmp_path / "rows.json"
+    roam_bin = os.environ.get("ROAM_BIN", os.path.join(REPO_ROOT, "build", "roam"))
+    subprocess.run([roam_bin, "-q", "compare", str(graph_file), "--orders", "program",
+                    "--layouts", "pytorch", "--json", str(rows)], check=True, capture_output=True)
+    held = json.loads(rows.read_text())["reference_held_bytes"]
+    assert (f"on PyTorch's CUDA caching allocator (simulated) {held / (1 << 20):.2f} MiB"
+            in step.headline())

@@ -95,6 +95,12 @@ std::string validate_json(const std::string& graph_json, const std::string& plan
   return out.dump();
 }
 
+uint64_t program_cuda_reserved_json(const std::string& graph_json, uint64_t alignment) {
+  const roam::Graph g = parse(graph_json);
+  const roam::Liveness live = roam::compute_liveness(g, g.program_order());
+  return roam::layout_pytorch(g, live, alignment).reserved_bytes;
+}
+
 uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<std::string>& order,
                                uint64_t alignment) {
   const roam::Graph g = parse(graph_json);

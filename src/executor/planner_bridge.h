@@ -36,6 +36,11 @@ std::string plan_budget_json(const std::string& graph_json, const PlanCall& call
 std::string validate_json(const std::string& graph_json, const std::string& plan_json);
 
 /// Theoretical peak of an order given as op ids (bytes, sizes rounded to `alignment`).
+/// Bytes PyTorch's CUDA caching allocator would reserve (simulated, layout "pytorch") for the
+/// graph's own op order, resident tensors excluded: the headline's GPU reference. RuntimeError
+/// for a bad graph.
+uint64_t program_cuda_reserved_json(const std::string& graph_json, uint64_t alignment);
+
 uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<std::string>& order,
                                uint64_t alignment);
 

@@ -483,6 +483,8 @@ class RoamStep:
         self.planned_arena_bytes = int(plan.get("stats", {}).get("arena_bytes", 0))
         program_order = [op["id"] for op in graph["ops"]]
         self.tp_program = N.theoretical_peak(json.dumps(graph), program_order, self.alignment)
+        # the headline's GPU reference: PyTorch's CUDA caching allocator, simulated, same order
+        self.cuda_program_bytes = N.program_cuda_reserved(json.dumps(graph), self.alignment)
         self.planned_saving_bytes = self.tp_program - self.planned_arena_bytes
         self.resident_bytes = int(plan.get("stats", {}).get("resident_bytes", 0))
         # what is live at the plan's peak (the line roam plan prints), recounted from the plan
@@ -845,8 +847,9 @@ class RoamStep:
 
     def headline(self) -> str:
         """The plan's headline, as ``roam plan`` prints it (resident included): peak = resident
-        + arena; program order on a CPU allocator = resident + Tp(program order); lower
-        bound. Planned figures, nothing measured."""
+        + arena; program order on a CPU allocator = resident + Tp(program order); on PyTorch's
+        CUDA caching allocator (simulated) = resident + the segments it would reserve for the
+        program order; lower bound. Planned figures, nothing measured."""
         from ..headline import headline
         st = self.plan.get("stats", {})
         lb = st.get("lower_bound_bytes")
@@ -855,6 +858,7 @@ class RoamStep:
             overhead = float(st.get("recompute_seconds", 0.0)) / float(st["compute_seconds"])
         return headline(self.resident_bytes + self.planned_arena_bytes,
                         self.resident_bytes + self.tp_program,
+                        cuda_bytes=self.resident_bytes + self.cuda_program_bytes,
                         lower_bound_bytes=None if lb is None else self.resident_bytes + int(lb),
                         budget_bytes=self.budget_bytes, recompute_overhead=overhead,
                         recomputations=int(st.get("recomputations", 0)))
