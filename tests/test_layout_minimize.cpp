@@ -17,48 +17,11 @@
 namespace roam {
 namespace {
 
-// True when the buffers fit in `cap`: depth first over the buffers, every aligned offset
-// 0 .. cap - size, checked pairwise against the buffers placed so far.
-bool brute_fits(const std::vector<AllocBuffer>& b, uint64_t cap) {
-  std::vector<uint64_t> off(b.size(), 0);
-  std::function<bool(size_t)> rec = [&](size_t i) {
-    if (i == b.size()) return true;
-    for (uint64_t o = 0; o + b[i].size <= cap; o += b[i].alignment) {
-      bool ok = true;
-      for (size_t j = 0; j < i && ok; ++j) {
-        const bool time = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-        const bool space = o < off[j] + b[j].size && off[j] < o + b[i].size;
-        ok = !(time && space);
-      }
-      if (!ok) continue;
-      off[i] = o;
-      if (rec(i + 1)) return true;
-    }
-    return false;
-  };
-  return rec(0);
-}
-
-// The smallest height: the first capacity, counting up from the largest size, that brute_fits.
-uint64_t brute_min_height(const std::vector<AllocBuffer>& b) {
-  uint64_t cap = 0;
-  for (const AllocBuffer& x : b) cap = std::max(cap, x.size);
-  while (!brute_fits(b, cap)) ++cap;
-  return cap;
-}
+using roamtest::brute_min_height;
 
 // Offsets valid at `cap`: aligned, inside, no two buffers live together overlap (pairwise).
 bool valid(const std::vector<AllocBuffer>& b, const std::vector<uint64_t>& off, uint64_t cap) {
-  if (off.size() != b.size()) return false;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (off[i] % b[i].alignment != 0 || off[i] + b[i].size > cap) return false;
-    for (size_t j = 0; j < i; ++j) {
-      const bool time = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-      const bool space = off[i] < off[j] + b[j].size && off[j] < off[i] + b[i].size;
-      if (time && space && b[i].size > 0 && b[j].size > 0) return false;
-    }
-  }
-  return true;
+  return roamtest::buffers_problem(b, off, cap).empty();
 }
 
 // a [0,2) size 3 and b [1,3) size 3, both aligned to 2: live together at time 1, so the live-size

@@ -29,36 +29,9 @@ using roamtest::interval_graph;
 using roamtest::buffers_problem;
 using roamtest::graph_layout_problem;
 using roamtest::units;
+using roamtest::brute_min_height;
 constexpr uint64_t U = roamtest::kUnit;
 
-// Brute force: the smallest height over every assignment of aligned offsets (depth first over
-// the buffers, offsets 0 .. sum of sizes + alignment; partial assignments checked pairwise).
-uint64_t brute_min_height(const std::vector<AllocBuffer>& b) {
-  uint64_t limit = 0;
-  for (const AllocBuffer& x : b) limit += x.size + x.alignment;
-  uint64_t best = limit + 1;
-  std::vector<uint64_t> off(b.size(), 0);
-  std::function<void(size_t, uint64_t)> rec = [&](size_t i, uint64_t height) {
-    if (height >= best) return;
-    if (i == b.size()) {
-      best = height;
-      return;
-    }
-    for (uint64_t o = 0; o + b[i].size <= limit; o += b[i].alignment) {
-      bool ok = true;
-      for (size_t j = 0; j < i && ok; ++j) {
-        const bool time = b[i].lower < b[j].upper && b[j].lower < b[i].upper;
-        const bool space = o < off[j] + b[j].size && off[j] < o + b[i].size;
-        ok = !(time && space);
-      }
-      if (!ok) continue;
-      off[i] = o;
-      rec(i + 1, std::max(height, o + b[i].size));
-    }
-  };
-  rec(0, 0);
-  return best;
-}
 
 uint64_t arena_of(const Graph& g, const Liveness& live, const std::string& method,
                   const PlanOptions& options) {

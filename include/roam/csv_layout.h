@@ -1,4 +1,4 @@
-// Layout-only problems in MiniMalloc's CSV format (../shared/data/minimalloc/README.md).
+// Layout-only problems in MiniMalloc's CSV format (bench/minimalloc/README.md).
 //
 // Reading. One header row, then one row per buffer; columns are found by name (any order):
 //   id (aliases buffer, buffer_id)   a non-empty string, unique

@@ -1,6 +1,6 @@
 // roam-graph v1: the training-step graph that every planner reads.
 //
-// The file contract is ../shared/GRAPH_FORMAT.md (mirrored in docs of this repo): tensors with
+// The file contract is docs/GRAPH_FORMAT.md (a copy of the project's shared contract): tensors with
 // sizes in bytes, aliases resolved to root storages, ops in program order, `after` control
 // edges, phases. Inside the library ids are dense integers (TensorIdx, OpIdx); the string ids
 // of the file are kept for messages and output.

@@ -40,12 +40,10 @@ struct Reader {
 }  // namespace
 
 uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment) {
-  uint64_t bound = 0, outputs = 0;
-  for (OpIdx v = 0; v < g.num_ops(); ++v) {
-    uint64_t bytes = 0;
-    for (StorageIdx s : g.op_storages[v]) bytes += align_up(g.storages[s].size, alignment);
-    bound = std::max(bound, bytes);
-  }
+  // Each op's own storages (lower_bound_per_op with no op listed for the must-live search).
+  const std::vector<uint64_t> own = lower_bound_per_op(g, alignment, {});
+  uint64_t bound = own.empty() ? 0 : *std::max_element(own.begin(), own.end());
+  uint64_t outputs = 0;
   for (const Storage& st : g.storages) {
     if (st.graph_output) outputs += align_up(st.size, alignment);
   }
