@@ -39,6 +39,19 @@ class DepthwiseSE(nn.Module):
         return self.fc(self.bn3(self.project(h * s)).mean((2, 3)))
 
 
+class LiftedConstant(nn.Module):
+    """A tensor literal inside forward (as swin_t's attention builds one), which make_fx
+    records as a constant lifted into the step (aten.lift_fresh_copy). Input (B, 3, 8, 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 5)
+
+    def forward(self, x):
+        h = x * torch.tensor([0.5, 2.0, 1.0]).view(1, 3, 1, 1)  # the peak: in the forward
+        return self.fc(h[:, :, 0, 0])
+
+
 TINY_GPT = zoo.GPT2Config(vocab_size=50, n_positions=16, n_embd=8, n_layer=2, n_head=2)
 
 
@@ -48,13 +61,15 @@ def _family(name):
         return TinyCNN, tiny_batch(1), tiny_batch(2), cross_entropy_loss
     if name == "depthwise_se":
         return DepthwiseSE, tiny_batch(1), tiny_batch(2), cross_entropy_loss
+    if name == "lifted_constant":
+        return LiftedConstant, tiny_batch(1), tiny_batch(2), cross_entropy_loss
     g = torch.Generator().manual_seed(0)
     batch = zoo.example_batch("gpt2", 2, 16, generator=g, config=TINY_GPT)
     warm = zoo.example_batch("gpt2", 2, 16, generator=g, config=TINY_GPT)
     return (lambda: zoo.GPT2(TINY_GPT)), batch, warm, zoo.lm_loss
 
 
-FAMILIES = ["conv_bn", "depthwise_se", "attention_causal_ln"]
+FAMILIES = ["conv_bn", "depthwise_se", "lifted_constant", "attention_causal_ln"]
 
 
 def _capture(family, fake, cost="auto"):
@@ -115,6 +130,9 @@ def test_buffers_and_their_in_place_updates(real_and_fake):
             # the causal mask is a (non-persistent) buffer, read and never written
             assert sorted(buffers.values()) == ["future"] and written == {}
             continue
+        if family == "lifted_constant":  # no buffer; the literal is a constant
+            assert buffers == {} and written == {}
+            continue
         n_bn = 2 if family == "conv_bn" else 6
         assert len(buffers) == 3 * n_bn // 2
         for name in buffers.values():
@@ -163,6 +181,9 @@ def test_eager_peak_equals_resident_plus_tp(family):
     slack = _conv_column_bound(g)
     if family == "attention_causal_ln":
         assert slack == 0
+    if family == "lifted_constant":
+        # addmm copies its strided input (24 B) inside the op: a workspace, measured below
+        slack = 24
     assert tp_plain <= measured <= tp_plain + slack, (measured, tp_plain, slack)
     # With them (the capture's own check, allocations counted at 64 bytes): within 4 KiB above
     # and 2 % below Tp.
@@ -173,6 +194,50 @@ def test_eager_peak_equals_resident_plus_tp(family):
     args = [t for group in inputs.as_args() for t in (group if isinstance(group, list) else
                                                      [group])]
     flat = [x for a in args for x in (a if isinstance(a, tuple) else (a,))]
-    assert sum(t.numel() * t.element_size() for t in flat) == resident
+    # (and the constants the traced module holds: the lifted literal, 3 floats)
+    constants = sum(t["size"] for t in g["tensors"] if t.get("role") == "constant")
+    assert constants == (12 if family == "lifted_constant" else 0)
+    assert sum(t.numel() * t.element_size() for t in flat) + constants == resident
     # at the end only the loss (graph output) is still held
     assert end == 4
+
+
+def test_the_lifted_constant_is_in_the_graph(real_and_fake):
+    family, real, fake = real_and_fake
+    if family != "lifted_constant":
+        pytest.skip("one family")
+    for g in (real.graph, fake.graph):
+        lifts = [op for op in g["ops"] if "lift_fresh" in op["target"]]
+        assert len(lifts) == 1
+        (src,) = lifts[0]["inputs"]
+        const = next(t for t in g["tensors"] if t["id"] == src)
+        assert const.get("role") == "constant" and const["size"] == 3 * 4  # three float32
+
+
+def test_a_model_built_with_real_tensors_then_made_fake_captures_the_same_graph():
+    """roam.capture.fake.module_to_fake (for constructors that read tensor values, such as
+    RegNet's): parameters and buffers become fake with the same shapes, tied weights stay
+    tied, and the fake capture equals the one of the model built inside the fake mode."""
+    from roam.capture.fake import module_to_fake, new_fake_mode
+    make, batch, warm, loss = _family("attention_causal_ln")
+    fm = new_fake_mode()
+    torch.manual_seed(0)
+    real_model = make()
+    shapes = [(n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in real_model.named_parameters()]
+    n_unique = len({id(p) for p in real_model.parameters()})
+    n_all = sum(len(m._parameters) for m in real_model.modules())
+    model = module_to_fake(real_model, fm)
+    assert [(n, tuple(p.shape), p.dtype, p.requires_grad)
+            for n, p in model.named_parameters()] == shapes
+    assert all(is_fake(p) for p in model.parameters()) and all(is_fake(b) for b in model.buffers())
+    assert len({id(p) for p in model.parameters()}) == n_unique
+    assert sum(len(m._parameters) for m in model.modules()) == n_all
+    tied = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    tied.add_module("again", tied[0])  # one Linear twice: its parameters are shared
+    module_to_fake(tied, fm)
+    assert tied[0].weight is tied.again.weight and is_fake(tied.again.weight)
+    converted = roam.capture(model, torch.optim.Adam(model.parameters(), foreach=False), loss,
+                             batch, fake=True, warmup_inputs=warm, name="attention_causal_ln")
+    built_fake = _capture("attention_causal_ln", True)
+    assert converted.graph["tensors"] == built_fake.graph["tensors"]
+    assert _without_cost(converted.graph["ops"]) == _without_cost(built_fake.graph["ops"])

@@ -45,6 +45,9 @@ from .cost import estimate_op
 from .trace import MODULE_KEY, PHASE_KEY, PHASES
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
+# Operators that copy a constant into the step (FakeTensorMode.lift_fns in PyTorch 1.13).
+_LIFT_FNS = frozenset(getattr(torch.ops.aten, n).default for n in ("lift_fresh", "lift_fresh_copy")
+                      if hasattr(torch.ops.aten, n))
 
 
 class _NonTensor:
@@ -468,7 +471,14 @@ class GraphBuilder(torch.fx.Interpreter):
                     snapshots[k] = t.clone()
 
         t0 = time.perf_counter()
-        out = target(*args, **kwargs)
+        if (self.fake_mode is not None and target in _LIFT_FNS and args
+                and getattr(args[0], "fake_mode", None) is self.fake_mode):
+            # A constant lifted into the step (swin_t's relative-position table): the constant
+            # is already fake here, and FakeTensorMode 1.13 only lifts real tensors (it recurses
+            # on a fake one). A lift is a copy of its argument: clone it.
+            out = torch.ops.aten.clone.default(args[0])
+        else:
+            out = target(*args, **kwargs)
         cost = time.perf_counter() - t0
 
         hidden = HIDDEN_WRITES.get(schema.name)

@@ -28,6 +28,7 @@ from typing import Dict, Iterator, Optional
 import torch
 from torch._subclasses import fake_tensor as _ft
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._mode_utils import no_dispatch
 
 __all__ = ["FakeTensor", "FakeTensorMode", "count_fallbacks", "fake_mode_of", "is_fake",
            "new_fake_mode", "register_meta_kernels", "to_fake"]
@@ -71,11 +72,39 @@ def to_fake(mode: FakeTensorMode, t: torch.Tensor, constant: bool = False) -> to
             raise ValueError("tensor belongs to another FakeTensorMode")
         return t
     if constant and t.numel() <= _ft.CONSTANT_NUMEL_LIMIT:
+        # The copy is made with the mode's dispatch off: inside an active FakeTensorMode a real
+        # tensor's detach() is refused (swin_t's relative-position constants met that).
         with torch.no_grad():
-            f = mode.fake_tensor_converter(mode, t.detach().clone(), make_constant=True)
+            with no_dispatch():
+                real = t.detach().clone()
+            f = mode.fake_tensor_converter(mode, real, make_constant=True)
         return f.requires_grad_(t.requires_grad) if t.requires_grad else f
     return mode.from_tensor(t)
 
+
+
+def module_to_fake(module: torch.nn.Module, mode: FakeTensorMode) -> torch.nn.Module:
+    """Replaces, in place, every parameter and buffer of ``module`` (built with real tensors)
+    by a fake tensor of ``mode`` with the same shape, dtype and ``requires_grad``; a tensor
+    shared by several modules (tied weights) stays shared. Returns ``module``.
+
+    For models whose constructor reads tensor values (torchvision's RegNet calls ``.tolist()``
+    on a tensor to size its stages), which FakeTensorMode refuses; building them for real first
+    costs their parameters' bytes once."""
+    done: Dict[int, torch.Tensor] = {}
+    for m in module.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None:
+                if id(p) not in done:
+                    done[id(p)] = torch.nn.Parameter(mode.from_tensor(p.detach()),
+                                                     requires_grad=p.requires_grad)
+                m._parameters[name] = done[id(p)]
+        for name, b in list(m._buffers.items()):
+            if b is not None:
+                if id(b) not in done:
+                    done[id(b)] = mode.from_tensor(b)
+                m._buffers[name] = done[id(b)]
+    return module
 
 # ---------------------------------------------------------------- fallback counting
 

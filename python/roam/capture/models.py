@@ -132,13 +132,26 @@ def capture_named(name: str, batch_size: int = 1, *, optimizer: str = "adam",
     torch.manual_seed(seed)
     where = "fake tensors" if fake else "real tensors"
     meta: Dict[str, Any] = {}
+    built_real: Optional[str] = None
     with (fm if fm is not None else contextlib.nullcontext()):
         if is_zoo:
             say(f"building roam.zoo {name} ({where})")
             model = zoo.build(zoo_name, zoo_config)
         else:
             say(f"building torchvision.{name} (num_classes={num_classes}, {where})")
-            model = build_model(name, num_classes=num_classes)
+            try:
+                model = build_model(name, num_classes=num_classes)
+            except RuntimeError as e:
+                if fm is None or "tensor subclasses" not in str(e):
+                    raise
+                built_real = str(e).strip().splitlines()[0]
+    if fm is not None and built_real is not None:
+        # The constructor reads tensor values (RegNet: .tolist()), which fake tensors do not
+        # have: build it with real tensors, then make its parameters and buffers fake.
+        say(f"building torchvision.{name} with real tensors ({built_real}), then fake")
+        from .fake import module_to_fake
+        torch.manual_seed(seed)
+        model = module_to_fake(build_model(name, num_classes=num_classes), fm)
     model.train()
     if is_zoo:
         entry = zoo.MODELS[zoo_name]
