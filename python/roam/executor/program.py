@@ -16,12 +16,14 @@ elements skipped; an output with ``alias_of`` allocates nothing, a root of size 
 """
 
 import bisect
+import keyword
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
+from torch.fx.immutable_collections import immutable_list
 from torch.fx.node import map_arg
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
@@ -33,9 +35,44 @@ class PlanMismatch(ValueError):
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
-    if hasattr(t, "untyped_storage"):
-        return t.untyped_storage().data_ptr()
-    return t.storage().data_ptr()
+    """Address of the tensor's storage (its data pointer less the storage offset: the same
+    number as ``t.storage().data_ptr()`` without a Python storage object per call)."""
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
+def _has_node(a) -> bool:
+    found = []
+    map_arg(a, lambda n: found.append(n) or n)
+    return bool(found)
+
+
+def _call_expr(args, kwargs, slot: Dict[torch.fx.Node, int]) -> Tuple[str, Tuple[Any, ...]]:
+    """``(source, constants)`` of a call's argument list: each fx node read as ``V[slot]``,
+    tuples and lists holding nodes rebuilt element by element, every other value a constant
+    ``C[i]`` passed as it is (another structure holding nodes: resolved by ``R(C[i], V)``)."""
+    consts: List[Any] = []
+
+    def const(v) -> str:
+        consts.append(v)
+        return f"C[{len(consts) - 1}]"
+
+    def expr(a) -> str:
+        if isinstance(a, torch.fx.Node):
+            return f"V[{slot[a]}]"
+        if type(a) in (tuple, list, immutable_list) and _has_node(a):
+            inner = "".join(expr(v) + ", " for v in a)
+            return f"({inner})" if type(a) is tuple else f"[{inner}]"
+        if isinstance(a, (tuple, list, dict, slice)) and _has_node(a):
+            return f"R({const(a)}, V)"
+        return const(a)
+
+    parts = [expr(a) for a in args]
+    for key, v in kwargs.items():
+        if key.isidentifier() and not keyword.iskeyword(key):
+            parts.append(f"{key}={expr(v)}")
+        else:
+            parts.append(f"**{{{const(key)}: {expr(v)}}}")
+    return ", ".join(parts), tuple(consts)
 
 
 def _tensor_results(out) -> List[torch.Tensor]:
@@ -61,6 +98,19 @@ class Step:
     rng: Optional[str] = None                  # random op run more than once: "save" the CPU
                                                # generator state before its first run, "replay"
                                                # it around each recomputation
+    # compiled at build (Program._compile_call): the node's value slot, the slots of its
+    # getitem users and of the values dropped after it, and one generated function
+    # ``call(V, C, F)`` = ``F(<args read from the slots V and constants C>)``, recompiled when
+    # the node's args / kwargs objects change (StepScalars rewrites update-phase constants)
+    slot: int = -1
+    get_slots: List[Tuple[int, Any]] = field(default_factory=list)
+    free_slots: List[int] = field(default_factory=list)
+    fn: Any = None
+    call: Any = None
+    consts: Tuple[Any, ...] = ()
+    expr: str = ""
+    src_args: Any = None
+    src_kwargs: Any = None
 
 
 @dataclass
@@ -78,6 +128,7 @@ class Program:
     alignment: int = 64
     schedule: List[List[Tuple[int, int]]] = field(default_factory=list)
     workspaces: List[Tuple[int, int]] = field(default_factory=list)  # per step (offset, size)
+    slot_of: Dict[torch.fx.Node, int] = field(default_factory=dict)  # value slot per fx node
 
     def session_workspaces(self) -> List[Tuple[int, int]]:
         """``[(offset, size), ...]`` per step for ``Session.configure(workspaces=...)``: the
@@ -265,9 +316,52 @@ class Program:
             steps.append(Step(node=n, op_id=oid, what=what, getitems=gets,
                               keep_result=keep, free_after=free_after[k], planned=planned,
                               planned_pos=ppos, appearance=j, rng=rng))
-        return cls(gm=gm, steps=steps, placeholders=placeholders, output_node=output_node,
+        prog = cls(gm=gm, steps=steps, placeholders=placeholders, output_node=output_node,
                    arena_bytes=int(arena_bytes), alignment=int(alignment), schedule=schedule,
-                   workspaces=workspaces)
+                   workspaces=workspaces,
+                   slot_of={n: i for i, n in enumerate(gm.graph.nodes)})
+        prog._compile_calls()
+        return prog
+
+    # ---------------------------------------------------------------- compiled calls
+    def _compile_calls(self) -> None:
+        """Per step: slots, and one generated call function (all compiled in one ``eval``).
+        The interpreter loop then builds no argument structure of its own (fx's ``map_arg``
+        cost ~10 us per op) and calls the ATen operator without OpOverload's Python frame."""
+        slot = self.slot_of
+        for st in self.steps:
+            st.slot = slot[st.node]
+            st.get_slots = [(slot[g], i) for g, i in st.getitems]
+            st.free_slots = [slot[v] for v in st.free_after]
+            target = st.node.target
+            st.fn = target._op if isinstance(target, torch._ops.OpOverload) else target
+            st.src_args, st.src_kwargs = st.node.args, st.node.kwargs
+            st.expr, st.consts = _call_expr(st.node.args, st.node.kwargs, slot)
+        env = {"R": self._resolver()}
+        fns = eval("[" + ",\n".join(f"lambda V, C, F: F({st.expr})" for st in self.steps)
+                   + "]", env) if self.steps else []
+        for st, f in zip(self.steps, fns):
+            st.call = f
+
+    def _resolver(self):
+        slot = self.slot_of
+
+        def resolve(obj, V):
+            """An argument structure fx maps (other than tuples / lists) with its nodes read
+            from the slots."""
+            return map_arg(obj, lambda n: V[slot[n]])
+        return resolve
+
+    def _recompile(self, st: Step) -> None:
+        """The node's args / kwargs objects changed since they were compiled: new constants
+        (same structure: the function is kept) or a new function."""
+        node = st.node
+        expr, consts = _call_expr(node.args, node.kwargs, self.slot_of)
+        if expr != st.expr:
+            st.call = eval(f"lambda V, C, F: F({expr})", {"R": self._resolver()})
+            st.expr = expr
+        st.consts = consts
+        st.src_args, st.src_kwargs = node.args, node.kwargs
 
     @property
     def recomputations(self) -> int:
@@ -284,28 +378,31 @@ class Program:
         if len(flat_args) != len(self.placeholders):
             raise PlanMismatch(f"{len(flat_args)} arguments for {len(self.placeholders)} "
                                f"placeholders")
-        env: Dict[torch.fx.Node, Any] = dict(zip(self.placeholders, flat_args))
+        slot = self.slot_of
+        V: List[Any] = [None] * len(slot)
+        for n, t in zip(self.placeholders, flat_args):
+            V[slot[n]] = t
         for n in self.gm.graph.nodes:
             if n.op == "get_attr":
-                env[n] = _fetch_attr(self.gm, n.target)
-        lookup = env.__getitem__
+                V[slot[n]] = _fetch_attr(self.gm, n.target)
         rng_states: Dict[str, torch.Tensor] = {}
         with torch.no_grad():
             for k, st in enumerate(self.steps):
                 node = st.node
-                args = map_arg(node.args, lookup)
-                kwargs = map_arg(node.kwargs, lookup)
+                if node.args is not st.src_args or node.kwargs is not st.src_kwargs:
+                    self._recompile(st)
                 resume = None
-                if st.rng == "save":
-                    rng_states[st.op_id] = torch.get_rng_state()
-                elif st.rng == "replay":
-                    # draw the numbers of the first run (torch.utils.checkpoint's
-                    # preserve_rng_state), then continue the program's own sequence
-                    resume = torch.get_rng_state()
-                    torch.set_rng_state(rng_states[st.op_id])
+                if st.rng is not None:
+                    if st.rng == "save":
+                        rng_states[st.op_id] = torch.get_rng_state()
+                    elif st.rng == "replay":
+                        # draw the numbers of the first run (torch.utils.checkpoint's
+                        # preserve_rng_state), then continue the program's own sequence
+                        resume = torch.get_rng_state()
+                        torch.set_rng_state(rng_states[st.op_id])
                 if session is not None:
                     session.begin_op(k)
-                    out = node.target(*args, **kwargs)
+                    out = st.call(V, st.consts, st.fn)
                     if st.planned:
                         res = _tensor_results(out)
                         ptrs = [(_storage_ptr(res[i]) if i < len(res) else 0)
@@ -317,20 +414,19 @@ class Program:
                     if observe is not None:
                         observe(k, ptrs)
                 else:
-                    out = node.target(*args, **kwargs)
+                    out = st.call(V, st.consts, st.fn)
                 if resume is not None:
                     torch.set_rng_state(resume)
                     del resume
-                del args, kwargs
                 if st.keep_result:
-                    env[node] = out
-                for g, i in st.getitems:
-                    env[g] = out[i]
+                    V[st.slot] = out
+                for g, i in st.get_slots:
+                    V[g] = out[i]
                 del out
-                for v in st.free_after:
-                    env.pop(v, None)
-            result = map_arg(self.output_node.args[0], lookup)
-        env.clear()
+                for v in st.free_slots:
+                    V[v] = None
+            result = map_arg(self.output_node.args[0], lambda n: V[slot[n]])
+        V.clear()
         return result
 
 
