@@ -69,3 +69,26 @@ def test_blocks_are_the_model_and_checkpointing_keeps_every_gradient(name):
         g = grads(BENCH.checkpointed(name, m2, segments), m2)
         assert all(a is not None for a in g), "a parameter got no gradient"
         assert all(torch.equal(a, b) for a, b in zip(g, eager))
+
+
+def test_paired_ratio_and_target_lines_by_hand():
+    # step 1 is warm-up; ratios of steps 2..4: 2/1, 3/3, 4/2 -> median 2 -> +100%
+    assert BENCH.paired([9, 2, 3, 4], [9, 1, 3, 2]) == pytest.approx(100.0)
+    mib = 1 << 20
+    d = {"rows": [
+        {"row": "eager", "times": [1, 1.0, 1.0, 1.0], "peak_bytes": 10 * mib},
+        {"row": "ckpt 2", "times": [1, 1.2, 1.2, 1.2], "peak_bytes": 8 * mib},
+        {"row": "ckpt 4", "times": [1, 1.0, 1.0, 1.0], "peak_bytes": 6 * mib},
+        {"row": "roam", "times": [1, 1.1, 1.1, 1.1], "peak_bytes": 7 * mib},
+        {"row": "roam @ ckpt 2", "times": [1, 1.1, 1.1, 1.1], "peak_bytes": 7 * mib},
+        {"row": "roam @ ckpt 4", "times": [1, 1.5, 1.5, 1.5], "peak_bytes": 5 * mib},
+    ]}
+    lines = BENCH.verdicts(d)
+    assert len(lines) == 2
+    # ckpt 2: roam @ ckpt 2 is 1.1 / 1.2 - 1 = -8.3%; the runs not slower than ckpt 2 are
+    # roam and roam @ ckpt 2 (7 MiB < 8 MiB)
+    assert "roam at its peak FASTER (-8.3% step time, 7.00 MiB)" in lines[0]
+    assert "lowest peak is 7.00 MiB" in lines[0] and lines[0].endswith("LOWER")
+    # ckpt 4: roam @ ckpt 4 is +50%; no roam run is as fast as 1.0
+    assert "roam at its peak SLOWER (+50.0% step time, 5.00 MiB)" in lines[1]
+    assert "NOT met at its step time" in lines[1]
