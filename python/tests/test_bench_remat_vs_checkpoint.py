@@ -92,3 +92,32 @@ def test_paired_ratio_and_target_lines_by_hand():
     # ckpt 4: roam @ ckpt 4 is +50%; no roam run is as fast as 1.0
     assert "roam at its peak SLOWER (+50.0% step time, 5.00 MiB)" in lines[1]
     assert "NOT met at its step time" in lines[1]
+
+
+def test_executor_ab_table_by_hand(tmp_path):
+    import json
+    loader = SourceFileLoader("executor_ab", os.path.join(REPO_ROOT, "bench", "executor_ab"))
+    spec = importlib.util.spec_from_loader("executor_ab", loader)
+    ab = importlib.util.module_from_spec(spec)
+    loader.exec_module(ab)
+    ab.OUT = str(tmp_path)
+    ab.TABLE = str(tmp_path / "TABLE.md")
+    ab.RESULTS = str(tmp_path / "RESULTS.md")
+    (tmp_path / "RESULTS.md").write_text("# results\n")
+    (tmp_path / "runs").mkdir()
+    rows = [{"row": "eager", "times": [5, 1.0, 1.0, 2.0], "time": 1.0, "modes": [],
+             "recomputations": None},
+            # ratios 1.1, 1.1, 2.4 / 2 = 1.2 -> median 1.1 -> +10.0%
+            {"row": "roam after", "times": [5, 1.1, 1.1, 2.4], "time": 1.1,
+             "modes": ["planned"] * 4, "recomputations": 0},
+            {"row": "roam before", "times": [5, 1.3, 1.3, 2.6], "time": 1.3,
+             "modes": ["planned"] * 4, "recomputations": 0, "same_losses_as_after": True}]
+    for r in rows:
+        r["vs_eager"] = ab.paired(r["times"], rows[0]["times"])
+    (tmp_path / "runs" / "m.json").write_text(json.dumps(
+        {"model": "m", "batch": 2, "size": 8, "ops": 3, "steps": 4, "rows": rows}))
+    ab.render()
+    text = (tmp_path / "TABLE.md").read_text()
+    assert "| roam after | 0 | 1.100 | +10.0% |  |" in text
+    assert "| roam before | 0 | 1.300 | +30.0% | yes |" in text
+    assert ab.BEGIN in (tmp_path / "RESULTS.md").read_text()
