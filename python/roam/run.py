@@ -259,9 +259,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{plan['method']['order']}, layout {plan['method']['layout']}; resident "
           f"{res / MiB:.2f} MiB (parameters, buffers, optimizer state, batch)")
     # the plan's headline and what is live at its peak: the first screen of roam plan
-    print("planned: " + step.headline())
-    if step.peak_line():
-        print("at the plan's peak: " + step.peak_line())
+    # (or, when the plan was refused or is off, that it is not in force: RoamStep.summary)
+    for line in step.summary():
+        print(line)
     # the table: every figure is what the process holds during the step, resident included
     # (the bases of the headline); vs eager / vs graph are the headline's percentage
     print(f"measured on this CPU, MiB held during the step (resident {res / MiB:.2f} MiB "

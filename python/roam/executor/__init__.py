@@ -9,10 +9,11 @@
 """
 
 from .api import (ALIGNMENT, BudgetInfeasible, RoamStep, StepReport, add_rng_order_edges,
-                  load_plan, optimize, parse_size, plan_graph, validate_plan)
+                  load_plan, optimize, parse_size, plan_graph, validate_plan,
+                  with_graph_costs)
 from .native import BUILD_HINT, NativeMissing, available, native
 from .program import PlanMismatch, Program
 
 __all__ = ["ALIGNMENT", "BUILD_HINT", "BudgetInfeasible", "NativeMissing", "PlanMismatch", "Program", "RoamStep",
            "StepReport", "add_rng_order_edges", "available", "load_plan", "native", "optimize",
-           "parse_size", "plan_graph", "validate_plan"]
+           "parse_size", "plan_graph", "validate_plan", "with_graph_costs"]

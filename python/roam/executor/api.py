@@ -16,11 +16,15 @@ served from arena bytes free at that moment (``workspaces="arena"``, the default
 the fallback heap. A planned step whose measured total is above the same graph run eagerly
 is warned once; every later step then runs the program order with ordinary allocation
 (``mode="program"``). The first step of a fresh optimizer (no state yet) is planned too when
-zeros of its state are exactly what its own first step starts from and the state + arena stay
-below a lower bound of an eager first step; otherwise it is an ordinary eager step, so its
-peak is eager's (README.md, "A fresh optimizer's first step").
+zeros of its state are exactly what its own first step starts from and the state + arena are
+not above an estimate of an eager first step (its live bytes at the program order's peak with
+the whole new state, counted like Tp), or under a budget when only the planned one fits it;
+otherwise it is an ordinary eager step, so its peak is eager's (README.md, "A fresh
+optimizer's first step").
 
-Safety: the plan is validated against the graph first; a run that diverges from it (an output
+Safety: the plan is validated against the graph first (its structure and bytes; a plan made
+on another capture of the same step is not refused for its op seconds, :func:`with_graph_costs`);
+a run that diverges from it (an output
 not at its planned offset, a planned slot still occupied) switches to ordinary allocation for
 the rest of the step (warned once, reported); inputs or optimizer state unlike the captured
 ones (another batch shape, no optimizer state yet) run an ordinary eager step. Every arena
@@ -195,6 +199,40 @@ def validate_plan(graph: Dict[str, Any], plan: Dict[str, Any]) -> Dict[str, Any]
     return json.loads(native().validate(json.dumps(graph), json.dumps(plan)))
 
 
+def with_graph_costs(graph: Dict[str, Any], plan: Dict[str, Any]) -> Dict[str, Any]:
+    """``plan`` with its cost-derived figures recounted from ``graph``'s op costs, for
+    validating a plan made on another capture of the same step.
+
+    A plan of version 2 records ``stats.compute_seconds`` (the sum of ``cost`` over every op)
+    and ``stats.recompute_seconds`` (over every run of an op after its first in ``order``),
+    from the op seconds of the graph it was planned on. Another capture of the same step
+    measures those seconds again (or records none: ``roam.optimize(plan=...)`` captures with
+    ``cost="none"``), so these two figures differ although the plan does exactly the same
+    thing. They are the only figures set here; everything else (order, offsets, recompute
+    and workspace offsets, recomputations, bytes, the budget) is left for the validator to
+    check against ``graph``. A shallow copy; ``plan`` itself is not modified. A plan without
+    these figures (version 1) or an unreadable one is returned as it is."""
+    stats = plan.get("stats") if isinstance(plan, dict) else None
+    if not isinstance(stats, dict) or not any(k in stats for k in ("compute_seconds",
+                                                                     "recompute_seconds")):
+        return plan
+    try:
+        cost = {op["id"]: float(op.get("cost", 0.0) or 0.0) for op in graph["ops"]}
+        compute = 0.0
+        for op in graph["ops"]:
+            compute += cost[op["id"]]
+        seen, recompute = set(), 0.0
+        for oid in plan["order"]:
+            if oid in seen:
+                recompute += cost[oid]
+            seen.add(oid)
+    except (KeyError, TypeError, ValueError):
+        return plan  # the validator names what is wrong
+    out = dict(plan)
+    out["stats"] = dict(stats, compute_seconds=compute, recompute_seconds=recompute)
+    return out
+
+
 def load_plan(path: str) -> Dict[str, Any]:
     """A roam-plan file (``.json`` or ``.json.gz``)."""
     opener = gzip.open if str(path).endswith(".gz") else open
@@ -236,11 +274,14 @@ class StepReport:
     debug_violations: int = 0
     escaped_arena_blocks: int = 0      # arena blocks still referenced after the step
     seconds: float = 0.0
-    resident_bytes: int = 0            # parameters, buffers, optimizer state, batch (the plan's)
+    resident_bytes: int = 0            # parameters, buffers, optimizer state, batch (the plan's):
+                                       # what existed before the step (a fresh optimizer's first
+                                       # step: less the state it creates, which the step counts)
     state_created_bytes: int = 0       # first step of a fresh optimizer: the state it created
                                        # (zeros, before the step; counted in total_peak_bytes)
     eager_first_step_bytes: Optional[int] = None  # that step's eager peak, estimated from the
-                                       # graph (program order, state created at first use)
+                                       # graph (program order, a group's whole state created
+                                       # at its first use; counted like Tp)
     at_peak: Optional[str] = None      # what is live at the plan's peak (roam plan's line)
     recomputations: int = 0            # ops run again in this step (plan version 2)
 
@@ -284,9 +325,9 @@ class StepReport:
                     f"{self.arena_bytes / mib:.2f} + fallback heap peak "
                     f"{self.fallback_peak_bytes / mib:.2f})")
             if self.eager_first_step_bytes is not None:
-                used += (f"; an eager first step holds at least about "
+                used += (f"; an eager first step holds about "
                          f"{self.eager_first_step_bytes / mib:.2f} MiB (estimated from the graph: "
-                         f"it creates the whole state while every gradient is held)")
+                         f"its live bytes at the program order's peak with the whole new state)")
             return used
         if self.saved_bytes is None:
             return used
@@ -495,6 +536,15 @@ class RoamStep:
         except (KeyError, ValueError, TypeError):
             pass  # a plan that does not fit the graph: said below
         self._signature = [_sig(t) for t in _flatten_state(state)]
+        # what each placeholder is, for a person (same order as _flatten_state)
+        self._placeholder_names = (
+            [f"parameter {n}" for n in state.param_names]
+            + [f"buffer {n}" for n in state.buffer_names]
+            + [f"optimizer state {state.param_names[i]}.{k}"
+               for i, keys in zip(state.state_index, state.state_keys) for k in keys]
+            + [f"input {j}" + (f" ({n})" if n else "")
+               for j, n in enumerate(list(state.input_names)
+                                     + [""] * (len(state.inputs) - len(state.input_names)))])
         # the argument structure of the GraphModule (StepInputs.as_args())
         self._treespec = pytree.tree_flatten(
             ([0] * len(state.params), [0] * len(state.buffers),
@@ -508,7 +558,10 @@ class RoamStep:
         self.program: Optional[Program] = None
         if not trust_plan:
             try:
-                rep = validate_plan(graph, plan)
+                # op seconds are measured again by each capture: a plan made on another
+                # capture (roam plan --budget on a saved graph) is checked on its structure
+                # and bytes, its cost-derived seconds recounted here (with_graph_costs)
+                rep = validate_plan(graph, with_graph_costs(graph, plan))
             except (RuntimeError, ValueError, TypeError) as e:  # unreadable plan
                 rep = {"valid": False, "problems": [str(e)]}
             if not rep["valid"]:
@@ -611,24 +664,43 @@ class RoamStep:
         flat = _flatten_state(st)
         sig = [_sig(t) for t in flat]
         if sig != self._signature:
-            bad = next(i for i, (a, b) in enumerate(zip(sig, self._signature)) if a != b) \
-                if len(sig) == len(self._signature) else -1
-            return None, None, (f"tensor {bad} of the step (shape, dtype or strides) differs from "
-                                f"the captured one" if bad >= 0 else
-                                "the number of tensors differs from the captured step")
+            if len(sig) != len(self._signature):
+                return None, None, "the number of tensors differs from the captured step"
+            return None, None, self._differs(sig)
         flat = [t.detach() for t in flat]
         return flat, list(st.params), None
 
+    def _differs(self, sig) -> str:
+        """Which placeholder differs from the captured step, and how: e.g. ``input 0 (data)
+        differs from the captured step: shape (3, 3, 8, 8) given, (2, 3, 8, 8) captured``."""
+        i = next(i for i, (a, b) in enumerate(zip(sig, self._signature)) if a != b)
+        name = (self._placeholder_names[i] if i < len(self._placeholder_names)
+                else f"tensor {i} of the step")
+        (shape, dtype, stride, dev), (cshape, cdtype, cstride, cdev) = sig[i], self._signature[i]
+        how = []
+        if shape != cshape:
+            how.append(f"shape {shape} given, {cshape} captured")
+        if dtype != cdtype:
+            how.append(f"dtype {dtype} given, {cdtype} captured")
+        if dev != cdev:
+            how.append(f"device {dev} given, {cdev} captured")
+        if stride != cstride and shape == cshape:
+            how.append(f"strides {stride} given, {cstride} captured")
+        return f"{name} differs from the captured step: " + ", ".join(how)
+
     def _first_step_estimate(self) -> Tuple[int, int]:
         """``(state bytes, eager first-step bytes)`` from the graph: the optimizer state's
-        bytes, and a lower bound on what an eager first step (``loss.backward();
-        optimizer.step(); optimizer.zero_grad()``) holds above what existed before it: the
-        larger of (1) the most bytes live at any step of the program order (Tp's curve,
-        kernel workspaces included) plus the state created by then, each state tensor counted
-        from the first op that uses it, and (2) every gradient of a parameter with state plus
-        the whole state: torch's optimizers create a group's state before its first update,
-        while every ``.grad`` is still held. The caller takes off the bytes by which the graph
-        run eagerly measured below Tp."""
+        bytes, and what an eager first step (``loss.backward(); optimizer.step();
+        optimizer.zero_grad()``) holds above what existed before it, counted like Tp (the
+        graph's live bytes at each step of the program order, kernel workspaces included) so
+        that it compares with the planned figure (state + arena): the most, over the steps of
+        the program order, of the live bytes plus the state created by then. torch's
+        optimizers create the whole state of a parameter group at the start of that group's
+        update, before any of its update ops runs, so a group's state is counted from the
+        first op that uses any tensor of it (a peak in the update phase then holds its live
+        bytes and the whole new state). At least every gradient of a parameter with state
+        plus the whole state (all ``.grad`` are held while ``step()`` runs). The caller takes
+        off the bytes by which the graph run eagerly measured below Tp."""
         if self._first_estimate is None:
             from ..headline import live_at_peak
             g = self.graph
@@ -640,21 +712,34 @@ class RoamStep:
                 while tensors[tid].get("alias_of") is not None:
                     tid = tensors[tid]["alias_of"]
                 return tid
+            st = self.captured.state
+            group_of_param = {}
+            for gi, members in enumerate(st.group_index):
+                for i in members:
+                    group_of_param[i] = gi
+            # state tensor name "<parameter>.<key>" -> its parameter group (unknown: one
+            # group of its own, created at its own first use)
+            group_of_name = {f"{st.param_names[i]}.{k}": group_of_param.get(i, 0)
+                             for i, keys in zip(st.state_index, st.state_keys) for k in keys}
             state = {t["id"]: int(t["size"]) for t in g["tensors"]
                      if t.get("role") == "optimizer_state"}
+            group = {tid: group_of_name.get(tensors[tid].get("name"), ("own", tid))
+                     for tid in state}
+            group_bytes: Dict[Any, int] = {}
+            for tid, size in state.items():
+                group_bytes[group[tid]] = group_bytes.get(group[tid], 0) + size
             at = [0] * (len(order) + 1)
-            seen = set()
+            created = set()
             for k, op in enumerate(g["ops"]):
                 for tid in list(op.get("inputs", [])) + list(op.get("outputs", [])):
                     r = root(tid)
-                    if r in state and r not in seen:
-                        seen.add(r)
-                        at[k] += state[r]
+                    if r in state and group[r] not in created:
+                        created.add(group[r])
+                        at[k] += group_bytes[group[r]]
             best, run = 0, 0
             for k, live in enumerate(curve):
                 run += at[k]
                 best = max(best, live + run)
-            st = self.captured.state
             grads = sum(st.params[i].numel() * st.params[i].element_size()
                         for i in st.state_index)
             self._first_estimate = (sum(state.values()),
@@ -664,8 +749,11 @@ class RoamStep:
     def _create_first_state(self, inputs) -> Tuple[int, Optional[int], Optional[str]]:
         """For a fresh optimizer: create its state as its own first step starts from it
         (zeros; checked on a dummy to give the optimizer's first step bit for bit) when the
-        planned step with that state holds no more than an eager first step. Returns
-        ``(bytes created, eager first-step estimate, None)`` or ``(0, None, why not)``."""
+        planned step with that state (state + arena) holds no more than an eager first step
+        (:meth:`_first_step_estimate`, less what the graph run eagerly measured below Tp), or,
+        under the plan's budget, when the eager estimate with the resident bytes before the
+        step is above the budget and the planned one is not. Returns ``(bytes created, eager
+        first-step estimate, None)`` or ``(0, eager estimate or None, why not)``."""
         from ..capture.trace import make_state
         mib = 1 << 20
         if self._zero_state is None:
@@ -675,12 +763,26 @@ class RoamStep:
             return 0, None, why
         state_bytes, eager_first = self._first_step_estimate()
         below = max(0, self.tp_program - (self.eager_peak_bytes or self.tp_program))
+        eager = eager_first - below
         planned = state_bytes + self.planned_arena_bytes
-        if planned > eager_first - below:
-            return 0, None, (f"a planned first step would hold the new state "
-                             f"({state_bytes / mib:.2f} MiB) beside the arena "
-                             f"({self.planned_arena_bytes / mib:.2f} MiB), more than an eager "
-                             f"first step (about {(eager_first - below) / mib:.2f} MiB)")
+        # both above what existed before the step (resident less the state not yet created)
+        before = self.resident_bytes - state_bytes
+        words = (f"a planned first step would hold {planned / mib:.2f} MiB (the new state "
+                 f"{state_bytes / mib:.2f} MiB beside the arena "
+                 f"{self.planned_arena_bytes / mib:.2f} MiB), more than an eager first step "
+                 f"(about {eager / mib:.2f} MiB: the live bytes at the program order's peak "
+                 f"with the new state)")
+        if planned > eager:
+            budget = self.budget_bytes
+            if budget is None or before + eager <= budget:
+                return 0, eager, words
+            if before + planned > budget:
+                return 0, eager, (
+                    f"neither first step fits the budget of {budget / mib:.2f} MiB: a planned "
+                    f"one would hold {(before + planned) / mib:.2f} MiB, an eager one about "
+                    f"{(before + eager) / mib:.2f} MiB (each with the {before / mib:.2f} MiB "
+                    f"resident before the step; {words}); the lower, eager one runs")
+            # the eager estimate is above the budget and the planned step fits: plan it
         st = make_state(self.model, self.optimizer, self.loss_fn, inputs,
                         n_loss_inputs=self.n_loss_inputs)
         idx, keys = self._state_layout
@@ -708,7 +810,7 @@ class RoamStep:
                     created += t.numel() * t.element_size()
                 self.optimizer.state[p] = d
                 self._created_for.append(p)
-        return created, eager_first - below, None
+        return created, eager, None
 
     def _drop_state(self) -> None:
         """Undo _create_first_state (the step then runs eagerly and creates its own)."""
@@ -754,8 +856,14 @@ class RoamStep:
                 self._drop_state()
                 created, first_estimate = 0, None
         if reason is not None:
-            self._warn_once("eager:" + reason.split(":")[0],
-                            f"roam: {reason}; running an ordinary eager step")
+            # one warning per kind of reason; per input and way for another shape (counted:
+            # eager_steps)
+            self._warn_once("eager:" + (reason if "differs from the captured step:" in reason
+                                        else reason.split(":")[0]),
+                            f"roam: {reason}; running an ordinary eager step (warned once: "
+                            f"step.summary() and step.eager_steps() count these steps)")
+            # a fresh optimizer: its state did not exist before the step (the step creates it)
+            fresh = not any(len(v) for v in self.optimizer.state.values())
             s = native().Session()
             s.configure(0, self.alignment, [])
             s.set_pass_through(True)
@@ -767,7 +875,9 @@ class RoamStep:
             st = s.stats()
             rep = StepReport(step=self._count, loss=float(loss), mode="eager", reason=reason,
                              planned_arena_bytes=self.planned_arena_bytes,
-                             resident_bytes=self.resident_bytes,
+                             resident_bytes=self.resident_bytes
+                             - (self._first_step_estimate()[0] if fresh else 0),
+                             eager_first_step_bytes=first_estimate if fresh else None,
                              fallback_peak_bytes=int(st["fallback_peak"]),
                              total_peak_bytes=int(st["total_peak"]),
                              fallback_allocs=int(st["fallback_allocs"]),
@@ -824,7 +934,8 @@ class RoamStep:
             reason=self.unplanned_reason if mode != "program" else self.program_order_reason,
             debug_checks=int(st["debug_checks"]), debug_violations=int(st["debug_violations"]),
             escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0,
-            resident_bytes=self.resident_bytes,
+            resident_bytes=self.resident_bytes
+            - (self._first_step_estimate()[0] if created else 0),
             at_peak=self.peak_line() if planned_run else None,
             recomputations=self.recomputations if planned_run else 0)
         self.reports.append(rep)
@@ -868,15 +979,39 @@ class RoamStep:
         ``report`` (default: the last step) measured and saved, and, when a saving was not
         met, why in plain words."""
         report = report if report is not None else self.last_report
-        lines = ["planned: " + self.headline()]
-        if self.peak_line():
-            lines.append("at the plan's peak: " + self.peak_line())
+        if self.program is None:
+            # nothing of the plan is in force: say so before any planned figure
+            lines = [f"plan refused: {self.unplanned_reason}; every step runs the captured step "
+                     f"in program order with ordinary allocation (nothing planned is in force)"]
+        elif self.program_order_reason is not None:
+            lines = [f"plan off: {self.program_order_reason}; steps run in program order with "
+                     f"ordinary allocation (the plan, not in force: {self.headline()})"]
+        else:
+            lines = ["planned: " + self.headline()]
+            if self.peak_line():
+                lines.append("at the plan's peak: " + self.peak_line())
+        eager = self.eager_steps()
+        if eager:
+            n = sum(eager.values())
+            lines.append(f"eager steps: {n} of {len(self.reports)} ran as ordinary eager steps, "
+                         f"nothing planned in them: "
+                         + "; ".join(f"{c} x {why}" for why, c in eager.items()))
         if report is not None:
             lines.append(report.describe())
             why = report.why_not_met()
             if why:
                 lines.append("not met: " + why)
         return lines
+
+    def eager_steps(self) -> Dict[str, int]:
+        """How many steps so far ran as ordinary eager steps (``mode="eager"``), by reason
+        (e.g. an input of another shape), in the order first seen. Python warns once per
+        reason; this keeps the count."""
+        out: Dict[str, int] = {}
+        for r in self.reports:
+            if r.mode == "eager":
+                out[r.reason] = out.get(r.reason, 0) + 1
+        return out
 
     @property
     def last_report(self) -> Optional[StepReport]:
@@ -918,6 +1053,15 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     ``example_inputs`` (the model's inputs, then the last ``n_loss_inputs`` for
     ``loss_fn(output, *targets)``), plan it (``order`` / ``layout`` methods of libroam, or the
     given ``plan``: a roam-plan dict or file path), and return the :class:`RoamStep`.
+
+    A given ``plan`` is validated against this capture of the step: its order, offsets,
+    recomputations and bytes must match, or it is refused (warned; every step then runs in
+    program order with ordinary allocation, and :meth:`RoamStep.summary` says so first). Its
+    cost-derived seconds (``stats.compute_seconds``, ``stats.recompute_seconds``: the op
+    seconds of the capture it was planned on, e.g. by ``roam plan --budget`` on a saved graph)
+    are not compared with this capture's, which measures them again or not at all: they do
+    not change what the plan does (:func:`with_graph_costs`). The headline's recompute overhead
+    is the plan's own figure.
 
     Nothing of ``model`` or ``optimizer`` is modified here (the capture runs on copies; the
     global RNG state is restored). ``debug``: the allocator checks every allocation against
