@@ -837,4 +837,25 @@ TEST(Cli, Issue12CasesExitCleanly) {
   EXPECT_NE(r.err.find("duplicate key 'alignment'"), std::string::npos) << r.err;
 }
 
+// --budget sizes: the grammar of roam.parse_size in Python (values by hand).
+TEST(Cli, ByteSizesMeanWhatPythonMeans) {
+  EXPECT_EQ(roam::parse_byte_size("6442450944"), 6442450944ull);
+  EXPECT_EQ(roam::parse_byte_size("6GiB"), 6442450944ull);
+  EXPECT_EQ(roam::parse_byte_size(" 1.5 gib "), 1610612736ull);
+  EXPECT_EQ(roam::parse_byte_size("512MiB"), 536870912ull);
+  EXPECT_EQ(roam::parse_byte_size("512mib"), 536870912ull);
+  EXPECT_EQ(roam::parse_byte_size("8MB"), 8000000ull);
+  EXPECT_EQ(roam::parse_byte_size("6GB"), 6000000000ull);
+  EXPECT_EQ(roam::parse_byte_size("2kb"), 2000ull);
+  EXPECT_EQ(roam::parse_byte_size("100 B"), 100ull);
+  EXPECT_EQ(roam::parse_byte_size("5."), 5ull);
+  EXPECT_EQ(roam::parse_byte_size("0.5KiB"), 512ull);
+  EXPECT_EQ(roam::parse_byte_size("4611686018427387904"), 4611686018427387904ull);  // 2^62
+  for (const char* bad : {"", " ", "GiB", ".5GiB", "1e7", "8M", "1.2.3", "-1", "6 GiB x",
+                          "6GiBs", "4611686018427387905", "99999999999999999999", "5TiBB",
+                          "4194305TiB", "inf", "nan"}) {
+    EXPECT_THROW(roam::parse_byte_size(bad), std::invalid_argument) << bad;
+  }
+}
+
 }  // namespace

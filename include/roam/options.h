@@ -45,9 +45,11 @@ const ExtraOptionSpec& extra_option_spec(const std::string& key);
 std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& assignment,
                                                           const std::string& kind);
 
-/// Parses a byte count: an integer ("6442450944"), or a number with a binary unit B, KiB, MiB,
-/// GiB or TiB ("6GiB", "1.5 GiB", "512MiB"; the result is rounded down to whole bytes). Throws
-/// std::invalid_argument naming the text when it is not such a size or above 2^62 bytes.
+/// Parses a byte count: an integer ("6442450944"), or a number with a unit, case-insensitive:
+/// B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000) ("6GiB",
+/// "1.5 GiB", "512mib", "6GB" = 6e9 bytes; the result is rounded down to whole bytes) -- the
+/// grammar of roam.parse_size in Python. Throws std::invalid_argument naming the text when it is
+/// not such a size or above 2^62 bytes.
 uint64_t parse_byte_size(const std::string& text);
 
 }  // namespace roam

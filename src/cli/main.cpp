@@ -226,6 +226,14 @@ void set_planner_knobs(const std::vector<std::string>& order_options,
 
 constexpr int kExitBudget = 3;  // a budget roam cannot meet (no plan written)
 
+// Said after an infeasible budget that the resident tensors alone exceed (nothing planned can
+// help there): "; the resident tensors ... alone take N B (X MiB)"; empty otherwise.
+std::string below_resident(const roam::Graph& g, uint64_t budget) {
+  if (budget >= g.resident_bytes) return "";
+  return "; the resident tensors (parameters, buffers, optimizer state, inputs) alone take " +
+         std::to_string(g.resident_bytes) + " B (" + mib(g.resident_bytes) + " MiB)";
+}
+
 int cmd_plan(const std::string& graph_path, const std::string& out_path,
              roam::PlanRequest req, const std::optional<uint64_t>& budget) {
   if (!out_path.empty() && !ends_with(out_path, ".json") && !ends_with(out_path, ".json.gz")) {
@@ -256,7 +264,7 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
     try {
       r = roam::plan_with_budget(g, req, *budget);
     } catch (const roam::BudgetInfeasible& e) {
-      std::cerr << "roam: " << e.what() << "\n";
+      std::cerr << "roam: " << e.what() << below_resident(g, *budget) << "\n";
       return kExitBudget;
     }
   } else {
@@ -298,6 +306,10 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   if (ostats.contains("order_stats") && ostats["order_stats"].value("time_limit_hit", false)) {
     std::cout << "note           the time limit stopped a search: the order is valid but may not "
                  "be the best roam finds with more time (--time-limit)\n";
+  }
+  if (ostats.value("layout_time_limit_hit", false)) {
+    std::cout << "note           the time limit stopped the layout search: the layout is valid "
+                 "but may not be the best roam finds with more time (--time-limit)\n";
   }
   std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
             << "Tp bound       " << mib(st.lower_bound_bytes) << " MiB (no order's Tp is lower; "
@@ -347,7 +359,8 @@ int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
   std::cout << "valid: " << plan_path << "\n"
             << "resident " << mib(st.resident_bytes) << " MiB, Tp " << mib(st.theoretical_peak_bytes)
             << " MiB, arena " << mib(st.arena_bytes) << " MiB, peak " << mib(st.peak_bytes)
-            << " MiB, lower bound " << mib(st.lower_bound_bytes) << " MiB, fragmentation "
+            << " MiB (resident + arena), Tp lower bound " << mib(st.lower_bound_bytes)
+            << " MiB (the arena part, as Tp), fragmentation "
             << fixed(100.0 * st.fragmentation, 2) << " %\n";
   return 0;
 }
@@ -447,7 +460,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                     {"recomputations", st.recomputations}, {"recompute_seconds", st.recompute_seconds},
                     {"compute_seconds", st.compute_seconds}, {"solve_seconds", st.solve_seconds}};
     } catch (const roam::BudgetInfeasible& e) {
-      budget_infeasible = e.what();
+      budget_infeasible = e.what() + below_resident(g, *budget);
       budget_row = {{"budget_bytes", *budget}, {"infeasible", true},
                     {"smallest_budget_bytes", e.smallest_budget}, {"lower_bound_bytes", e.lower_bound}};
     }
@@ -774,7 +787,8 @@ int main(int argc, char** argv) {
   std::optional<uint64_t> budget;
   plan->add_option("--budget", budget_text,
                    "memory budget: a bound on the plan's peak (resident + arena), in bytes or with "
-                   "a binary unit (KiB, MiB, GiB; e.g. 6GiB). Where the plan without recomputation "
+                   "a unit (KiB, MiB, GiB, TiB: powers of 1024; KB, MB, GB, TB: powers of 1000; "
+                   "case-insensitive; e.g. 6GiB). Where the plan without recomputation "
                    "is above it, roam recomputes forward activations in the backward pass at the "
                    "least recompute seconds it finds (Rotor / Rockmate method; a version-2 plan). "
                    "Exit 3, with the smallest budget roam meets and a proven lower bound, when it "
@@ -816,7 +830,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   add_planner_knobs(compare, order_options, layout_options, node_limit);
   compare->add_option("--budget", budget_text,
-                      "also plan under this memory budget (bytes or KiB/MiB/GiB; see plan --budget) "
+                      "also plan under this memory budget (bytes, or KiB/MiB/GiB or KB/MB/GB; see plan --budget) "
                       "and print that row: recomputations and their overhead, or the smallest "
                       "budget roam meets")
       ->type_name("SIZE");

@@ -105,6 +105,9 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
                           : lower_bound(g, req.options.alignment, &order, with_order.options.deadline);
   PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
   if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
+  // A layout search that ran to its deadline was cut by the time limit (the searches return at
+  // most a few hundred nodes after it): the plan says so, and the CLI prints it.
+  if (Clock::now() >= with_order.options.deadline) r.plan.options["layout_time_limit_hit"] = true;
   if (pairs_wanted) {
     // The whole-plan invariant: never worse than a baseline (order, layout) pair. The baseline
     // orders each get the baseline layouts (pytorch excepted: a simulation, not a planner);

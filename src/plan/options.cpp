@@ -101,31 +101,49 @@ std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& ass
 }
 
 uint64_t parse_byte_size(const std::string& text) {
+  // The grammar of roam.parse_size (python/roam/executor/api.py), so that a size means the same
+  // on the command line and in Python: [spaces] digits [. digits] [spaces] [unit] [spaces].
   auto fail = [&]() -> uint64_t {
     throw std::invalid_argument("'" + text +
                                 "' is not a size in bytes (an integer, or a number with B, KiB, "
-                                "MiB, GiB or TiB, e.g. 6GiB), at most 2^62 bytes");
+                                "MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of "
+                                "1000), e.g. 6GiB), at most 2^62 bytes");
   };
+  auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  const std::string number = text.substr(0, i);
-  size_t j = i;
-  while (j < text.size() && text[j] == ' ') ++j;
-  const std::string unit = text.substr(j);
-  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 || number == ".") return fail();
+  while (i < text.size() && space(text[i])) ++i;
+  const size_t begin = i;
+  while (i < text.size() && digit(text[i])) ++i;
+  if (i == begin) return fail();
+  const size_t int_end = i;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && digit(text[i])) ++i;
+  }
+  const std::string number = text.substr(begin, i - begin);
+  while (i < text.size() && space(text[i])) ++i;
+  std::string unit;
+  while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) {
+    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+    ++i;
+  }
+  while (i < text.size() && space(text[i])) ++i;
+  if (i != text.size()) return fail();
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}};
+      {"", 1.0},          {"b", 1.0},           {"kib", 1024.0},  {"mib", 1048576.0},
+      {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6},
+      {"gb", 1e9},        {"tb", 1e12}};
   double scale = 0;
   for (const auto& [name, value] : kUnits) {
     if (unit == name) scale = value;
   }
   if (scale == 0) return fail();
   constexpr double kMax = 4611686018427387904.0;  // 2^62
-  if (scale == 1.0 && number.find('.') == std::string::npos) {
+  if (scale == 1.0 && int_end - begin == number.size()) {  // whole bytes: exact
     if (number.size() > 19) return fail();
     const uint64_t v = std::stoull(number);
-    if (static_cast<double>(v) > kMax) return fail();
+    if (v > (uint64_t{1} << 62)) return fail();
     return v;
   }
   const double v = std::stod(number) * scale;
