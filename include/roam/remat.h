@@ -7,19 +7,29 @@
 //  1. The forward ops, in program order, are cut wherever at most one forward-produced storage
 //     is read across the cut (a chain of *units*: layers, residual blocks, transformer blocks).
 //  2. Candidates (sets of ops to recompute once). Dropping a span of units keeps its input (the
-//     previous boundary tensor) and its own boundary tensor, and recomputes, once, the
-//     recomputable forward ops of the span whose outputs the backward reads (and what they read
-//     inside the span); a non-recomputable op's outputs are kept. Options per span: all such
-//     ops, or only those at or below the 75%, 50% or 25% quantile of recompute seconds per
-//     output byte (Rockmate: keep the costly ops' outputs, recompute the cheap ones).
+//     previous boundary tensor) and its own boundary tensor, and recomputes, once, recomputable
+//     forward ops of the span whose outputs the backward reads (and what they read inside the
+//     span); a non-recomputable op's outputs are kept. Options per span of up to 12 units:
+//      - its staircase (span_staircase in src/remat/remat_internal.h; spans with at most 96
+//        cloneable ops): from recomputing every such op, greedily stop recomputing the op that
+//        saves the most seconds per byte it makes the span hold, one op at a time down to
+//        recomputing nothing; the Pareto points, at most 24 (Rockmate's "keep the costly ops,
+//        recompute the cheap ones" at every step of the time-versus-memory staircase);
+//      - all such ops, or only those at or below the 75%, 50% or 25% quantile of recompute
+//        seconds per output byte.
+//     An option's bytes dropped are exact: the span's activation bytes minus the bytes it
+//     still holds (what its recomputations read counts as held).
 //     a. The chain DP: per unit, its full activation bytes and its options (bytes dropped,
 //        exact seconds); the least seconds such that for every unit j, the bytes the units
 //        before j kept plus all of unit j's bytes stay within a model budget, by a dynamic
-//        program over the Pareto front of (bytes kept, seconds); at 49 model budgets from the
-//        lowest the model reaches to no recomputation.
+//        program over the Pareto front of (bytes kept, seconds) per unit boundary (2048 buckets
+//        of bytes kept, at most 256 states); at 49 model budgets from the lowest the model
+//        reaches (bisection on a min-bytes-kept pass) to no recomputation. Once with the exact
+//        options, once with the quantile options alone counted as the first version did (every
+//        recomputed op's outputs dropped): the candidates of both.
 //     b. Segmentations of the units into 1, 2, 4, ..., 128 segments of about equal droppable
 //        bytes, segments dropped in order of droppable bytes per second (the one nearest the
-//        loss last), each prefix, per option.
+//        loss last), each prefix, per quantile option.
 //  3. Each candidate is expanded into a graph with one extra op per recomputation (a clone
 //     reading the clones of its inputs where they exist), backward readers rewired to the
 //     clones, and control edges that keep the old instance's forward readers before the clone
@@ -28,8 +38,16 @@
 //  4. Candidates are tried by increasing recompute seconds; the first whose plan (lescea order,
 //     best of llfb / best_fit layouts, on the expanded graph) has peak = resident + arena within
 //     the budget is taken, then planned again with the requested order and layout (roam by
-//     default) and the lower of the two kept. So the recompute seconds never rise when the
-//     budget grows: the candidates and their evaluated peaks do not depend on the budget.
+//     default; the layout's second leaf pass at most 4 probes, so that it ends by work) and the
+//     lower of the two kept. Cheaper candidates whose quick arena is within 25% above the
+//     budget's arena part get such a full plan first, unless resident + the proven lower bound
+//     of their expanded graph is above the budget. So the recompute seconds never rise when the
+//     budget grows: the candidates, their plans and bounds do not depend on the budget.
+//  The plan without recomputation is made only when the budget is at least resident + g's
+//  proven lower bound (below it no order of g fits) or to name the smallest budget met.
+//  Time: the whole call ends by the earlier of options.deadline and start +
+//  time_limit_seconds (the plan without recomputation gets at most a quarter); a search cut
+//  short by it is reported (RematStats::time_limited, BudgetInfeasible::time_limited).
 // Not (yet) done: nested recomputation (an activation recomputed twice, Rotor's multi-level
 // schedules on graphs); the chain solver of remat_chain.h is exact for pure chains.
 #pragma once
@@ -46,17 +64,28 @@ namespace roam {
 
 /// No schedule roam found meets the budget. `smallest_budget` (bytes): the smallest peak
 /// (resident + arena) among the schedules tried, 0 when none could be planned;
-/// `lower_bound` (bytes): resident + recompute_lower_bound, below which no schedule exists.
+/// `lower_bound` (bytes): resident + recompute_lower_bound, below which no schedule exists;
+/// `time_limited`: the time limit stopped the search before every candidate was tried (the
+/// message then says "... within the time limit ...").
 class BudgetInfeasible : public std::runtime_error {
  public:
-  BudgetInfeasible(uint64_t budget, uint64_t smallest_budget, uint64_t lower_bound);
+  BudgetInfeasible(uint64_t budget, uint64_t smallest_budget, uint64_t lower_bound,
+                   bool time_limited = false);
   uint64_t budget = 0, smallest_budget = 0, lower_bound = 0;
+  bool time_limited = false;
 };
 
 struct RematStats {
   size_t units = 0;          // forward units (step 1)
   size_t candidates = 0;     // distinct candidates (step 2)
   size_t evaluated = 0;      // candidates planned (step 4)
+  size_t full_plans = 0;     // of those, planned again with the requested order and layout
+  double candidate_seconds = 0;  // wall time of the plan without recomputation and steps 1-2
+  double quick_seconds = 0;  // wall time of the quick plans (step 4)
+  double full_seconds = 0;   // wall time of the full plans (step 4)
+  size_t bound_skips = 0;    // near misses not planned fully: their proven bound is above
+  double bound_seconds = 0;  // wall time of those bounds
+  bool time_limited = false; // the time limit cut the search short
   double seconds = 0;        // wall time of the whole call
 };
 

@@ -336,6 +336,10 @@ constexpr int64_t kDefaultRoamNodeLimit = 4096;
 ///  - extra["search_node_limit"]: search nodes per probe and portfolio search (default
 ///    max(20000, 50 x leaf storages); dives get max(that, 400 x storages)); ignored unless a
 ///    positive integer.
+///  - extra["second_pass_probes"]: the most probes of step 4's second pass (the most-
+///    constrained-cell mode), 0 to skip it; default: no limit (until Tp, a proof or the time
+///    limit). plan_with_budget (remat.h) bounds it, so that its plans of recomputing graphs,
+///    which seldom reach Tp, end by work rather than by the clock.
 /// Deterministic for any thread count unless the time limit cuts a search.
 Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& options);
 

@@ -184,7 +184,7 @@ void add_leaf_jobs(const std::vector<AllocBuffer>& buffers, const SubgraphTree& 
 // most-constrained-cell mode from its result with every probe and at least that many nodes.
 void run_leaf_jobs(std::vector<LeafJob>& jobs, int threads, uint64_t good_enough,
                    const std::function<AllocSolveOptions(const LeafJob&)>& options_for,
-                   int64_t second_pass_nodes = 0) {
+                   int64_t second_pass_nodes = 0, int second_pass_probes = -1) {
   std::vector<size_t> todo;
   for (size_t k = 0; k < jobs.size(); ++k) {
     if (jobs[k].solve) todo.push_back(k);
@@ -195,14 +195,17 @@ void run_leaf_jobs(std::vector<LeafJob>& jobs, int threads, uint64_t good_enough
     o.threads = search_threads;
     AllocMinimizeResult r =
         minimize_allocation(j.buffers, o, j.start.empty() ? nullptr : &j.start, good_enough);
-    if (second_pass_nodes > 0 && r.height > good_enough && !r.proven_optimal && o.time_sweep) {
+    if (second_pass_nodes > 0 && second_pass_probes != 0 && r.height > good_enough &&
+        !r.proven_optimal && o.time_sweep) {
       // The time sweep packs most training windows; where it stops above Tp, the portfolio's
       // most-constrained-cell branching (the MiniMalloc benchmarks' mode) gets a turn, from the
       // sweep's result (ViT-B/16 b1 with the roam order: 0.79% -> 0%).
       AllocSolveOptions second = options_for(j);  // the time left now, not at the first pass
       second.threads = search_threads;
       second.time_sweep = false;
-      second.max_probes = 0;  // bisect down to Tp or a proof, within the time limit
+      // Bisect down to Tp or a proof, within the time limit (0 = no limit on probes), or at
+      // most extra["second_pass_probes"] probes.
+      second.max_probes = second_pass_probes > 0 ? second_pass_probes : 0;
       second.node_limit = std::max(o.node_limit, second_pass_nodes);
       const AllocMinimizeResult r2 = minimize_allocation(j.buffers, second, &r.offsets, good_enough);
       if (r2.height < r.height) r = r2;
@@ -261,6 +264,15 @@ int64_t leaf_node_limit(const PlanOptions& options) {
   throw std::invalid_argument(
       "layout 'roam': extra[\"node_limit\"] (the most storages per leaf subgraph) must be an "
       "integer >= 2, got " + it->dump());
+}
+
+// extra["second_pass_probes"]: probes of the second leaf pass; -1 (no limit) when unset.
+int second_pass_probes(const PlanOptions& options) {
+  const auto it = options.extra.find("second_pass_probes");
+  if (it != options.extra.end() && it->is_number_integer() && it->get<int64_t>() >= 0) {
+    return static_cast<int>(std::min<int64_t>(it->get<int64_t>(), 1000000));
+  }
+  return -1;
 }
 
 // extra["search_node_limit"]: search nodes per probe and portfolio search; 0 when unset.
@@ -574,7 +586,7 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     o.time_limit_seconds = budget > 0 ? std::max(budget - used, 1e-3) : 0;
     return o;
-  }, AllocSolveOptions{}.node_limit);
+  }, AllocSolveOptions{}.node_limit, second_pass_probes(options));
 
   // 5. Concatenate and repair per window; a window keeps the best baseline unless lower.
   Layout out;

@@ -5,6 +5,8 @@
 #include <optional>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -18,6 +20,10 @@
 namespace roam {
 
 using remat_internal::Expanded;
+using remat_internal::expand;
+using remat_internal::quick_peak;
+using remat_internal::Structure;
+using remat_internal::analyse;
 using remat_internal::to_v2;
 
 namespace {
@@ -30,88 +36,6 @@ std::string mib_text(uint64_t bytes) {
   return os.str();
 }
 
-// What every candidate shares: the forward ops, the alias structure and who reads what.
-struct Structure {
-  std::vector<OpIdx> forward;          // forward ops in program order
-  std::vector<int32_t> pos;            // per op: position in `forward`, -1 if not forward
-  std::vector<TensorIdx> nearest;      // per tensor: nearest tensor along its alias chain that an
-                                       // op produces (itself when produced, or a root)
-  std::vector<std::vector<OpIdx>> users;  // per produced tensor p: ops reading a tensor t with
-                                          // nearest[t] = p, or outputting an alias of one
-  std::vector<char> cloneable;         // per op
-  std::vector<char> backward_read;     // per op: a non-forward op reads one of its outputs
-  std::vector<std::vector<OpIdx>> after_rev;  // per op v: ops w that list v in `after`
-};
-
-Structure analyse(const Graph& g) {
-  Structure st;
-  const int32_t n = g.num_ops();
-  const auto nt = static_cast<TensorIdx>(g.tensors.size());
-  st.pos.assign(n, -1);
-  for (OpIdx v = 0; v < n; ++v) {
-    if (g.ops[v].phase == Phase::kForward) {
-      st.pos[v] = static_cast<int32_t>(st.forward.size());
-      st.forward.push_back(v);
-    }
-  }
-  st.nearest.assign(nt, -1);
-  for (TensorIdx t = 0; t < nt; ++t) {
-    std::vector<TensorIdx> walked;
-    TensorIdx u = t;
-    while (st.nearest[u] < 0 && g.tensors[u].producer < 0 && g.tensors[u].alias_of >= 0) {
-      walked.push_back(u);
-      u = g.tensors[u].alias_of;
-    }
-    const TensorIdx found = st.nearest[u] >= 0 ? st.nearest[u] : u;
-    st.nearest[u] = found;
-    for (TensorIdx w : walked) st.nearest[w] = found;
-  }
-  st.users.assign(nt, {});
-  st.backward_read.assign(n, 0);
-  st.after_rev.assign(n, {});
-  for (OpIdx w = 0; w < n; ++w) {
-    auto touch = [&](TensorIdx t) {
-      const TensorIdx p = st.nearest[t];
-      if (g.tensors[p].producer < 0 || g.tensors[p].producer == w) return;
-      st.users[p].push_back(w);
-      if (g.ops[w].phase != Phase::kForward) st.backward_read[g.tensors[p].producer] = 1;
-    };
-    for (TensorIdx t : g.ops[w].inputs) touch(t);
-    for (TensorIdx t : g.ops[w].outputs) {
-      if (g.tensors[t].alias_of >= 0) touch(g.tensors[t].alias_of);
-    }
-    for (OpIdx v : g.ops[w].after) st.after_rev[v].push_back(w);
-  }
-  for (auto& u : st.users) {
-    std::sort(u.begin(), u.end());
-    u.erase(std::unique(u.begin(), u.end()), u.end());
-  }
-  // Cloneable: a recomputable forward op that outputs no graph output, none of whose root
-  // outputs is written in place by an op that cannot run again (the old instance would stay
-  // live through that alias, so dropping it saves nothing), and that no forward op must follow.
-  std::vector<char> written(nt, 0), graph_output(nt, 0);
-  for (OpIdx w = 0; w < n; ++w) {
-    if (g.ops[w].recomputable) continue;
-    for (TensorIdx t : g.ops[w].outputs) {
-      if (g.tensors[t].alias_of >= 0) written[g.tensors[t].root] = 1;
-    }
-  }
-  for (TensorIdx t : g.outputs) graph_output[g.tensors[t].root] = 1;
-  st.cloneable.assign(n, 0);
-  for (OpIdx v : st.forward) {
-    bool ok = g.ops[v].recomputable;
-    for (TensorIdx t : g.ops[v].outputs) {
-      if (graph_output[g.tensors[t].root] || (g.tensors[t].alias_of < 0 && written[t])) ok = false;
-    }
-    // An op that a forward op must follow (`after`: it overwrites what v reads) cannot run
-    // again in the backward pass: every appearance of v precedes that op.
-    for (OpIdx w : st.after_rev[v]) {
-      if (g.ops[w].phase == Phase::kForward) ok = false;
-    }
-    st.cloneable[v] = ok;
-  }
-  return st;
-}
 
 // A chain unit or segment: forward positions [begin, end); `boundary` the storage that alone
 // carries the forward pass across its end (-1 when none or at the last one).
@@ -173,6 +97,9 @@ void estimate(const Graph& g, const Structure& st, uint64_t alignment, Span& s) 
     }
   }
 }
+
+// Probes of the roam layout's second leaf pass when an expanded graph is planned fully.
+constexpr int kFullPlanSecondPassProbes = 4;
 
 struct Candidate {
   std::vector<OpIdx> clones;  // ops recomputed once, program order
@@ -250,31 +177,44 @@ std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOp
     const SpanOption* option;
   };
   const size_t m = options.size();
-  std::vector<std::vector<State>> fronts(m + 1);
-  fronts[0].push_back({0, 0.0, -1, -1, nullptr});
-  constexpr size_t kMaxFront = 512;  // thin very long fronts evenly (keeps both ends)
+  // States reaching a boundary go to one of kBuckets buckets of bytes kept (the least seconds
+  // per bucket, ties: the least bytes), so that a boundary's Pareto front costs a pass over its
+  // buckets instead of a sort of every state; then thinned to kMaxFront states evenly (keeping
+  // both ends).
+  constexpr size_t kBuckets = 2048;
+  constexpr size_t kMaxFront = 256;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<State>> buckets(m + 1), fronts(m + 1);
+  auto push = [&](size_t at, const State& s) {
+    auto& b = buckets[at];
+    if (b.empty()) b.assign(kBuckets, State{0, inf, -1, -1, nullptr});
+    const auto k = static_cast<size_t>(static_cast<long double>(s.kept) * kBuckets /
+                                       (static_cast<long double>(model_budget) + 1));
+    State& cur = b[std::min(k, kBuckets - 1)];
+    if (s.cost < cur.cost || (s.cost == cur.cost && s.kept < cur.kept)) cur = s;
+  };
+  push(0, {0, 0.0, -1, -1, nullptr});
   for (size_t i = 0; i <= m; ++i) {
-    auto& f = fronts[i];
-    std::sort(f.begin(), f.end(), [](const State& a, const State& b) {
-      if (a.kept != b.kept) return a.kept < b.kept;
-      return a.cost < b.cost;
-    });
     std::vector<State> pareto;  // kept increasing, cost strictly decreasing
-    for (const State& st : f) {
+    for (const State& st : buckets[i]) {
+      if (st.cost == inf) continue;
       if (pareto.empty() || st.cost < pareto.back().cost) pareto.push_back(st);
     }
+    std::vector<State>().swap(buckets[i]);
     if (pareto.size() > kMaxFront) {
       std::vector<State> thin;
       for (size_t k = 0; k < kMaxFront; ++k) thin.push_back(pareto[k * (pareto.size() - 1) / (kMaxFront - 1)]);
       pareto = std::move(thin);
     }
-    f = std::move(pareto);
+    fronts[i] = std::move(pareto);
+    const auto& f = fronts[i];
     if (i == m) break;
     for (size_t k = 0; k < f.size(); ++k) {
       for (const SpanOption& o : options[i]) {
         if (f[k].kept + o.full > model_budget) continue;
-        fronts[i + o.length].push_back({f[k].kept + o.full - std::min(o.full, o.dropped), f[k].cost + o.cost,
-                                        static_cast<int32_t>(i), static_cast<int32_t>(k), &o});
+        push(i + static_cast<size_t>(o.length),
+             {f[k].kept + o.full - std::min(o.full, o.dropped), f[k].cost + o.cost,
+              static_cast<int32_t>(i), static_cast<int32_t>(k), &o});
       }
     }
   }
@@ -295,244 +235,89 @@ std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOp
   return chosen;
 }
 
-// The graph with one extra op per recomputation (see remat.h, step 3).
-Expanded expand(const Graph& g, const Structure& st, const Candidate& cand) {
-  const int32_t n = g.num_ops();
-  const auto nt = static_cast<TensorIdx>(g.tensors.size());
-  std::vector<char> cloned(n, 0);
-  for (OpIdx v : cand.clones) cloned[v] = 1;
-  // First use: the earliest program position of a backward reader, directly or through other
-  // recomputations.
-  constexpr int32_t kNever = std::numeric_limits<int32_t>::max();
-  std::vector<int32_t> first_use(n, kNever);
-  auto reads_of = [&](OpIdx v, auto&& visit) {
-    for (TensorIdx t : g.ops[v].outputs) {
-      for (OpIdx w : st.users[t]) visit(w);
-    }
-  };
-  for (OpIdx v : cand.clones) {
-    reads_of(v, [&](OpIdx w) {
-      if (g.ops[w].phase != Phase::kForward) first_use[v] = std::min(first_use[v], w);
-    });
-  }
-  for (auto it = cand.clones.rbegin(); it != cand.clones.rend(); ++it) {
-    const OpIdx v = *it;
-    for (TensorIdx t : g.ops[v].inputs) {
-      const OpIdx p = g.tensors[st.nearest[t]].producer;
-      if (p >= 0 && cloned[p]) first_use[p] = std::min(first_use[p], first_use[v]);
-    }
-    for (TensorIdx t : g.ops[v].outputs) {
-      if (g.tensors[t].alias_of < 0) continue;
-      const OpIdx p = g.tensors[st.nearest[g.tensors[t].alias_of]].producer;
-      if (p >= 0 && cloned[p]) first_use[p] = std::min(first_use[p], first_use[v]);
-    }
-  }
-
-  Expanded e;
-  Graph& x = e.graph;
-  x.name = g.name;
-  x.meta = g.meta;
-  x.tensors = g.tensors;
-  x.outputs = g.outputs;
-  e.tensor_of.resize(nt);
-  e.instance.assign(nt, 0);
-  for (TensorIdx t = 0; t < nt; ++t) e.tensor_of[t] = t;
-  std::vector<TensorIdx> clone_of(nt, -1);
-  std::vector<OpIdx> xop_of_clone(n, -1), xop_of_orig(n, -1);
-  // Clones wait for their emission point: bucket by first use.
-  std::vector<std::vector<OpIdx>> due(static_cast<size_t>(n) + 1);
-  for (OpIdx v : cand.clones) due[std::min(first_use[v], n)].push_back(v);
-  auto current = [&](TensorIdx t) {
-    const TensorIdx p = st.nearest[t];
-    return clone_of[p] >= 0 ? clone_of[p] : t;
-  };
-  // Per expanded op: ops of g to follow, their original appearance only (`first`), or every
-  // appearance (`every`).
-  std::vector<std::vector<OpIdx>> after_first, after_every;
-  auto emit_clone = [&](OpIdx v) {
-    const Op& op = g.ops[v];
-    Op c;
-    c.id = op.id + "#1";
-    c.target = op.target;
-    c.phase = Phase::kBackward;
-    c.cost = op.cost;
-    c.workspace = op.workspace;
-    c.recomputable = op.recomputable;
-    c.module = op.module;
-    for (TensorIdx t : op.inputs) c.inputs.push_back(current(t));
-    for (TensorIdx t : op.outputs) {
-      Tensor ct = g.tensors[t];
-      ct.id = g.tensors[t].id + "#1";
-      ct.producer = -1;
-      ct.role = Role::kNone;
-      ct.alias_of = g.tensors[t].alias_of >= 0 ? current(g.tensors[t].alias_of) : -1;
-      clone_of[t] = static_cast<TensorIdx>(x.tensors.size());
-      c.outputs.push_back(clone_of[t]);
-      x.tensors.push_back(std::move(ct));
-      e.tensor_of.push_back(t);
-      e.instance.push_back(1);
-    }
-    xop_of_clone[v] = x.num_ops();
-    x.ops.push_back(std::move(c));
-    e.op_of.push_back(v);
-    e.appearance.push_back(1);
-    std::vector<OpIdx> first;
-    // The old instance's readers (the forward ones; the others are rewired) run first.
-    for (TensorIdx t : op.outputs) {
-      for (OpIdx w : st.users[t]) {
-        if (g.ops[w].phase == Phase::kForward && w != v) first.push_back(w);
-      }
-    }
-    if (first_use[v] != kNever && first_use[v] > 0) first.push_back(first_use[v] - 1);
-    after_first.push_back(std::move(first));
-    after_every.push_back(op.after);
-  };
-  for (OpIdx w = 0; w <= n; ++w) {
-    for (OpIdx v : due[w]) emit_clone(v);
-    if (w == n) break;
-    Op op = g.ops[w];
-    if (op.phase != Phase::kForward) {
-      for (TensorIdx& t : op.inputs) t = current(t);
-      for (TensorIdx t : op.outputs) {
-        if (g.tensors[t].alias_of >= 0) x.tensors[t].alias_of = current(g.tensors[t].alias_of);
-      }
-    }
-    xop_of_orig[w] = x.num_ops();
-    after_every.push_back(std::move(op.after));
-    after_first.emplace_back();
-    op.after.clear();
-    x.ops.push_back(std::move(op));
-    e.op_of.push_back(w);
-    e.appearance.push_back(0);
-  }
-  // `after` in expanded indices: every appearance of v before every appearance of w.
-  for (OpIdx k = 0; k < x.num_ops(); ++k) {
-    auto& dst = x.ops[k].after;
-    for (OpIdx a : after_first[k]) dst.push_back(xop_of_orig[a]);
-    for (OpIdx a : after_every[k]) {
-      dst.push_back(xop_of_orig[a]);
-      if (cloned[a]) dst.push_back(xop_of_clone[a]);
-    }
-    const OpIdx v = e.op_of[k];
-    if (e.appearance[k] == 1) {  // w listing v in `after` follows v's recomputation too
-      for (OpIdx w : st.after_rev[v]) {
-        x.ops[xop_of_orig[w]].after.push_back(k);
-        if (cloned[w]) x.ops[xop_of_clone[w]].after.push_back(k);
-      }
-    }
-  }
-  for (Op& op : x.ops) {
-    std::sort(op.after.begin(), op.after.end());
-    op.after.erase(std::unique(op.after.begin(), op.after.end()), op.after.end());
-  }
-  for (TensorIdx t = 0; t < static_cast<TensorIdx>(x.tensors.size()); ++t) x.tensor_index.emplace(x.tensors[t].id, t);
-  for (OpIdx k = 0; k < x.num_ops(); ++k) x.op_index.emplace(x.ops[k].id, k);
-  finalize_graph(x, "(recomputation graph of " + g.name + ")");
-  return e;
-}
-
-// The fast plan of an expanded graph: lescea order, the better of llfb and best_fit.
-uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order, std::vector<uint64_t>& offsets) {
-  order = order_lescea(e.graph, alignment);
-  const Liveness live = compute_liveness(e.graph, order);
-  Layout a = layout_llfb(e.graph, live, alignment);
-  Layout b = layout_best_fit(e.graph, live, alignment);
-  Layout& best = b.reserved_bytes < a.reserved_bytes ? b : a;
-  offsets = std::move(best.offsets);
-  return e.graph.resident_bytes + best.reserved_bytes;
-}
-
 }  // namespace
 
-namespace remat_internal {
 
-// The version-2 plan of g from a plan of the expanded graph.
-Plan to_v2(const Graph& g, const Expanded& e, const Plan& xp, uint64_t lower_bound) {
-  const Graph& x = e.graph;
-  Plan p;
-  p.graph = g.name;
-  p.alignment = xp.alignment;
-  p.version = 2;
-  for (OpIdx k : xp.order) p.order.push_back(e.op_of[k]);
-  p.offsets.assign(g.storages.size(), 0);
-  p.recompute_offsets.assign(g.storages.size(), {});
-  std::vector<StorageIdx> workspace_storage(g.ops.size(), -1);
-  for (StorageIdx s = g.num_tensor_storages; s < g.num_storages(); ++s) {
-    workspace_storage[g.storages[s].workspace_of] = s;
-  }
-  for (StorageIdx s = 0; s < x.num_storages(); ++s) {
-    const Storage& st = x.storages[s];
-    StorageIdx target;
-    int32_t instance;
-    if (st.workspace_of >= 0) {
-      target = workspace_storage[e.op_of[st.workspace_of]];
-      instance = e.appearance[st.workspace_of];
-    } else {
-      target = g.storage_of[e.tensor_of[st.root]];
-      instance = e.instance[st.root];
-    }
-    if (instance == 0) {
-      p.offsets[target] = xp.offsets[s];
-    } else {
-      auto& later = p.recompute_offsets[target];
-      if (later.size() < static_cast<size_t>(instance)) later.resize(instance, 0);
-      later[instance - 1] = xp.offsets[s];
-    }
-  }
-  p.stats = xp.stats;
-  p.stats.resident_bytes = g.resident_bytes;
-  p.stats.peak_bytes = g.resident_bytes + p.stats.arena_bytes;
-  p.stats.lower_bound_bytes = lower_bound;
-  for (const Op& op : g.ops) p.stats.compute_seconds += op.cost.value_or(0.0);
-  for (size_t k = 0; k < e.op_of.size(); ++k) {
-    if (e.appearance[k] == 0) continue;
-    ++p.stats.recomputations;
-    p.stats.recompute_seconds += g.ops[e.op_of[k]].cost.value_or(0.0);
-  }
-  p.order_method = xp.order_method;
-  p.layout_method = xp.layout_method;
-  p.options = xp.options;
-  return p;
-}
-
-}  // namespace remat_internal
-
-BudgetInfeasible::BudgetInfeasible(uint64_t budget_bytes, uint64_t smallest, uint64_t bound)
+BudgetInfeasible::BudgetInfeasible(uint64_t budget_bytes, uint64_t smallest, uint64_t bound,
+                                   bool cut_by_time)
     : std::runtime_error([&] {
         std::ostringstream os;
-        os << "budget " << budget_bytes << " B (" << mib_text(budget_bytes) << ") cannot be met: ";
+        os << "budget " << budget_bytes << " B (" << mib_text(budget_bytes) << ") cannot be met";
+        os << (cut_by_time ? " within the time limit (the search was cut short; a longer "
+                             "--time-limit may meet it): "
+                           : ": ");
         if (smallest > 0) {
-          os << "the smallest budget roam meets is " << smallest << " B (" << mib_text(smallest) << ")";
+          os << "the smallest budget roam meets " << (cut_by_time ? "within the time limit " : "")
+             << "is " << smallest << " B (" << mib_text(smallest) << ")";
         } else {
-          os << "no schedule could be planned";
+          os << "no schedule could be planned" << (cut_by_time ? " within the time limit" : "");
         }
         os << "; no schedule, recomputation included, fits below " << bound << " B ("
            << mib_text(bound) << ", proven)";
         return os.str();
       }()),
-      budget(budget_bytes), smallest_budget(smallest), lower_bound(bound) {}
+      budget(budget_bytes), smallest_budget(smallest), lower_bound(bound),
+      time_limited(cut_by_time) {}
 
 PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t budget_bytes,
                             RematStats* stats_out) {
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  // The whole call ends by `deadline`: the earlier of the caller's (the CLI's --time-limit from
+  // start-up) and start + time_limit_seconds. `time_cut`: a step was skipped for it.
+  const double limit = std::min(request.options.time_limit_seconds > 0
+                                    ? request.options.time_limit_seconds : 1e9, 1e9);
+  const Clock::time_point deadline = std::min(
+      request.options.deadline,
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit)));
+  auto seconds_left = [&] { return std::chrono::duration<double>(deadline - Clock::now()).count(); };
+  bool time_cut = false;
+  auto out_of_time = [&] {
+    if (Clock::now() >= deadline) time_cut = true;
+    return time_cut;
   };
   RematStats stats;
   const uint64_t alignment = request.options.alignment;
-  PlanResult base = make_plan(g, request);
-  base.plan.options["budget_bytes"] = budget_bytes;
+  // The plan without recomputation (at most a quarter of the time): the answer when it meets
+  // the budget. Below resident + the proven lower bound of g (no order of g fits below it) it
+  // cannot, so it is planned only when the smallest budget met must be named and no schedule
+  // tried was lower than g's quick plan (lescea order, best of llfb and best_fit).
   const uint64_t bound = g.resident_bytes + recompute_lower_bound(g, alignment);
-  if (base.plan.stats.peak_bytes <= budget_bytes) {
-    stats.seconds = elapsed();
-    if (stats_out) *stats_out = stats;
-    return base;
+  const uint64_t rlb = bound - g.resident_bytes;
+  const Clock::time_point base_deadline = std::min(deadline, start + (deadline - start) / 4);
+  std::optional<PlanResult> base;
+  auto plan_base = [&]() -> const PlanResult& {
+    if (!base) {
+      PlanRequest base_request = request;
+      base_request.options.deadline = base_deadline;
+      base_request.options.time_limit_seconds = std::max(limit / 4, 1e-3);
+      base = make_plan(g, base_request);
+      base->plan.options["budget_bytes"] = budget_bytes;
+    }
+    return *base;
+  };
+  uint64_t base_peak = 0;
+  {
+    Order order = order_lescea(g, alignment);
+    const Liveness live = compute_liveness(g, order);
+    base_peak = g.resident_bytes + std::min(layout_llfb(g, live, alignment).reserved_bytes,
+                                            layout_best_fit(g, live, alignment).reserved_bytes);
+    const uint64_t norecompute_bound =
+        g.resident_bytes + lower_bound(g, alignment, &order, base_deadline);
+    if (budget_bytes >= norecompute_bound || g.num_ops() <= remat_internal::kExhaustiveOps) {
+      base_peak = plan_base().plan.stats.peak_bytes;
+      if (base_peak <= budget_bytes) {
+        stats.seconds = elapsed();
+        if (stats_out) *stats_out = stats;
+        return *base;
+      }
+    }
   }
 
   // Tiny graphs: every schedule (exact).
   bool exhaustive = false;
   uint64_t exhaustive_smallest = 0;
-  const uint64_t rlb = recompute_lower_bound(g, alignment);
   if (auto r = remat_internal::exhaustive_remat(g, request, budget_bytes, rlb, &exhaustive,
                                                 &exhaustive_smallest)) {
     r->plan.options["budget_bytes"] = budget_bytes;
@@ -546,9 +331,9 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     stats.seconds = elapsed();
     if (stats_out) *stats_out = stats;
     throw BudgetInfeasible(budget_bytes,
-                           std::min(base.plan.stats.peak_bytes,
+                           std::min(base_peak,
                                     exhaustive_smallest ? exhaustive_smallest : UINT64_MAX),
-                           bound);
+                           bound, false);
   }
 
   const Structure st = analyse(g);
@@ -629,24 +414,22 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   // budgets: each answer is a candidate too.
   {
     constexpr size_t kMaxSpan = 12;
+    constexpr size_t kStairOps = 96;
+    // full[j]: unit j's activation bytes (held for the backward pass without recomputation);
+    // an option's `dropped` is full minus what it still holds, counted exactly
+    // (span_kept_bytes: inputs its recomputations read count as held).
+    std::vector<char> no_clones(g.ops.size(), 0), cloned(g.ops.size(), 0);
     std::vector<uint64_t> full(units.size(), 0);
     for (size_t j = 0; j < units.size(); ++j) {
-      for (int32_t i = units[j].begin; i < units[j].end; ++i) {
-        const OpIdx v = st.forward[i];
-        for (StorageIdx x : g.op_storages[v]) {
-          const Storage& sx = g.storages[x];
-          if (sx.producer != v || sx.workspace_of >= 0) continue;
-          bool backward = false;
-          for (OpIdx u : sx.users) backward |= g.ops[u].phase != Phase::kForward;
-          if (backward) full[j] += align_up(sx.size, alignment);
-        }
-      }
+      full[j] = remat_internal::span_kept_bytes(g, st, units[j].begin, units[j].end, no_clones,
+                                                alignment);
     }
-    std::vector<std::vector<SpanOption>> options(units.size());
+    std::vector<std::vector<SpanOption>> options(units.size()), legacy(units.size());
     for (size_t i = 0; i < units.size(); ++i) {
       SpanOption keep;
       keep.full = full[i];
       options[i].push_back(keep);
+      legacy[i].push_back(keep);
       uint64_t span_full = 0;
       for (size_t len = 1; len <= kMaxSpan && i + len <= units.size(); ++len) {
         span_full += full[i + len - 1];
@@ -654,6 +437,21 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
         seg.begin = units[i].begin;
         seg.end = units[i + len - 1].end;
         seg.boundary = units[i + len - 1].boundary;
+        // The span's own staircase (greedy, exact bytes): Rockmate's "keep the costly ops,
+        // recompute the cheap ones" at every step between recomputing all and nothing, while
+        // the span has at most kStairOps cloneable ops.
+        const OpIdx boundary_producer = seg.boundary >= 0 ? g.storages[seg.boundary].producer : -1;
+        for (remat_internal::StairPoint& pt : remat_internal::span_staircase(
+                 g, st, seg.begin, seg.end, boundary_producer, alignment, kStairOps)) {
+          if (pt.clones.empty() || pt.kept >= span_full) continue;
+          SpanOption o;
+          o.length = static_cast<int32_t>(len);
+          o.full = span_full;
+          o.cost = pt.cost;
+          o.dropped = span_full - pt.kept;
+          o.clones = std::move(pt.clones);
+          options[i].push_back(std::move(o));
+        }
         std::set<std::vector<OpIdx>> distinct;
         for (double max_ratio : thresholds) {
           Candidate c = make_candidate(g, st, {seg}, {0}, ratio, max_ratio);
@@ -662,40 +460,72 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
           o.length = static_cast<int32_t>(len);
           o.full = span_full;
           o.cost = c.cost;
+          // The estimate of the first version (every recomputed op's outputs count as
+          // dropped, what its recomputations read not as held) in a second option set: its
+          // ladder adds candidates the exact count would not reach.
+          SpanOption estimated = o;
           for (OpIdx v : c.clones) {
             for (StorageIdx x : g.op_storages[v]) {
               if (g.storages[x].producer == v && g.storages[x].workspace_of < 0) {
-                o.dropped += align_up(g.storages[x].size, alignment);
+                estimated.dropped += align_up(g.storages[x].size, alignment);
               }
             }
           }
+          estimated.clones = c.clones;
+          legacy[i].push_back(std::move(estimated));
+          for (OpIdx v : c.clones) cloned[v] = 1;
+          uint64_t kept = 0;
+          for (size_t j = i; j < i + len; ++j) {
+            kept += remat_internal::span_kept_bytes(g, st, units[j].begin, units[j].end, cloned,
+                                                    alignment);
+          }
+          for (OpIdx v : c.clones) cloned[v] = 0;
+          if (kept >= span_full) continue;  // holds as much as keeping the span
+          o.dropped = span_full - kept;
           o.clones = std::move(c.clones);
           options[i].push_back(std::move(o));
         }
       }
     }
-    // The model's range: the lowest model budget any choice meets (by bisection) to no
-    // recomputation at all.
+    // Per option set, the model's range: the lowest model budget any choice meets (by
+    // bisection on a feasibility pass that keeps the least bytes kept per unit boundary) to no
+    // recomputation at all; the chain DP at kLadder + 1 model budgets over it.
+    auto feasible = [&](const std::vector<std::vector<SpanOption>>& opts, uint64_t model_budget) {
+      std::vector<uint64_t> least(opts.size() + 1, std::numeric_limits<uint64_t>::max());
+      least[0] = 0;
+      for (size_t i = 0; i < opts.size(); ++i) {
+        if (least[i] == std::numeric_limits<uint64_t>::max()) continue;
+        for (const SpanOption& o : opts[i]) {
+          if (least[i] + o.full > model_budget) continue;
+          uint64_t& next = least[i + static_cast<size_t>(o.length)];
+          next = std::min(next, least[i] + o.full - std::min(o.full, o.dropped));
+        }
+      }
+      return least.back() != std::numeric_limits<uint64_t>::max();
+    };
     uint64_t hi = 0;
     for (uint64_t f : full) hi += f;
-    uint64_t lo = 0, top = hi;
-    while (lo < top && top - lo > hi / 1024) {  // to 0.1% of the range
-      const uint64_t mid = lo + (top - lo) / 2;
-      if (choose_spans(options, mid).empty()) lo = mid + 1; else top = mid;
-    }
     constexpr int kLadder = 48;
-    for (int i = 0; i <= kLadder && hi > lo; ++i) {
-      const uint64_t m = lo + static_cast<uint64_t>(static_cast<double>(hi - lo) * i / kLadder);
-      const std::vector<const SpanOption*> chosen = choose_spans(options, m);
-      if (chosen.empty()) continue;
-      Candidate c;
-      for (const SpanOption* o : chosen) {
-        c.clones.insert(c.clones.end(), o->clones.begin(), o->clones.end());
-        c.cost += o->cost;
+    for (const auto* opts : {&options, &legacy}) {
+      uint64_t lo = 0, top = hi;
+      while (lo < top && top - lo > hi / 1024) {  // to 0.1% of the range
+        const uint64_t mid = lo + (top - lo) / 2;
+        if (!feasible(*opts, mid)) lo = mid + 1; else top = mid;
       }
-      std::sort(c.clones.begin(), c.clones.end());
-      if (c.clones.empty() || !seen.insert(c.clones).second) continue;
-      candidates.push_back(std::move(c));
+      for (int i = 0; i <= kLadder && hi > lo; ++i) {
+        if (out_of_time()) break;
+        const uint64_t m = lo + static_cast<uint64_t>(static_cast<double>(hi - lo) * i / kLadder);
+        const std::vector<const SpanOption*> chosen = choose_spans(*opts, m);
+        if (chosen.empty()) continue;
+        Candidate c;
+        for (const SpanOption* o : chosen) {
+          c.clones.insert(c.clones.end(), o->clones.begin(), o->clones.end());
+          c.cost += o->cost;
+        }
+        std::sort(c.clones.begin(), c.clones.end());
+        if (c.clones.empty() || !seen.insert(c.clones).second) continue;
+        candidates.push_back(std::move(c));
+      }
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -703,9 +533,10 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     return a.clones.size() < b.clones.size();
   });
   stats.candidates = candidates.size();
+  stats.candidate_seconds = elapsed();
 
-  uint64_t smallest = base.plan.stats.peak_bytes;
-  const uint64_t lb = recompute_lower_bound(g, alignment);
+  uint64_t smallest = base_peak;
+  const uint64_t lb = rlb;
   // Plans an expanded candidate properly (roam's order and layout), keeping the quick plan when
   // that is lower.
   auto plan_fully = [&](const Expanded& e, const Order& order, const std::vector<uint64_t>& offsets) {
@@ -717,19 +548,39 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     quick.order_method = "lescea";
     quick.layout_method = "best of llfb, best_fit";
     quick.stats = compute_stats(e.graph, order, offsets, alignment, lb, 0.0);
+    // roam's planners on the expanded graph, bounded by work: the layout's second leaf pass
+    // (which seldom reaches Tp on a recomputing graph and would otherwise search until the
+    // clock stops it) gets a few probes; the clock (the deadline) is only a safety net.
     PlanRequest req = request;
-    req.options.time_limit_seconds = std::max(1.0, request.options.time_limit_seconds - elapsed());
+    req.options.deadline = deadline;
+    req.options.time_limit_seconds = std::max(seconds_left(), 1e-3);
+    if (!req.options.extra.contains("second_pass_probes")) {
+      req.options.extra["second_pass_probes"] = kFullPlanSecondPassProbes;
+    }
+    const auto full_start = Clock::now();
     PlanResult full = make_plan(e.graph, req, lb);
+    ++stats.full_plans;
+    stats.full_seconds += std::chrono::duration<double>(Clock::now() - full_start).count();
     const Plan& best = full.plan.stats.peak_bytes <= quick.stats.peak_bytes ? full.plan : quick;
     return to_v2(g, e, best, lb);
+  };
+  auto timed_quick_peak = [&](const Expanded& e, Order& order, std::vector<uint64_t>& offsets) {
+    const auto t = Clock::now();
+    const uint64_t peak = quick_peak(e, alignment, order, offsets);
+    stats.quick_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+    return peak;
   };
   auto result = [&](Plan plan) {
     PlanResult r;
     r.plan = std::move(plan);
     r.plan.options["budget_bytes"] = budget_bytes;
+    stats.time_limited = time_cut;
     r.plan.options["remat"] = {{"units", stats.units},
                                {"candidates", stats.candidates},
-                               {"evaluated", stats.evaluated}};
+                               {"evaluated", stats.evaluated},
+                               {"full_plans", stats.full_plans},
+                               {"bound_skips", stats.bound_skips},
+                               {"time_limited", stats.time_limited}};
     r.plan.stats.solve_seconds = elapsed();
     r.reserved_bytes = r.plan.stats.arena_bytes;
     stats.seconds = elapsed();
@@ -748,11 +599,11 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   // plan fits; each one's real peak counts for `smallest`.
   auto first_near_that_fits = [&]() -> std::optional<Plan> {
     for (; near_tried < near.size(); ++near_tried) {
-      if (elapsed() > request.options.time_limit_seconds) break;
-      const Expanded e = expand(g, st, candidates[near[near_tried].index]);
+      if (out_of_time()) break;
+      const Expanded e = expand(g, st, candidates[near[near_tried].index].clones);
       Order order;
       std::vector<uint64_t> offsets;
-      quick_peak(e, alignment, order, offsets);
+      timed_quick_peak(e, order, offsets);
       Plan plan = plan_fully(e, order, offsets);
       smallest = std::min(smallest, plan.stats.peak_bytes);
       if (plan.stats.peak_bytes <= budget_bytes) return plan;
@@ -761,20 +612,34 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   };
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    if (elapsed() > request.options.time_limit_seconds) break;
+    if (out_of_time()) break;
     Expanded e;
     try {
-      e = expand(g, st, c);
+      e = expand(g, st, c.clones);
     } catch (const InputError&) {
       continue;  // the recomputation's edges contradict the graph's order: not a schedule
     }
     ++stats.evaluated;
     Order order;
     std::vector<uint64_t> offsets;
-    const uint64_t peak = quick_peak(e, alignment, order, offsets);
+    const uint64_t peak = timed_quick_peak(e, order, offsets);
     smallest = std::min(smallest, peak);
     if (peak > budget_bytes) {
-      if (static_cast<double>(peak) <= 1.25 * static_cast<double>(budget_bytes)) near.push_back({i, peak});
+      // Near: the arena within 25% above the budget's arena part (resident excluded), and
+      // resident + the schedule's proven lower bound within the budget (no plan of it fits
+      // below that; the bound is within ~1% of the full plan's arena on the benchmark graphs
+      // and takes a small fraction of its time).
+      if (static_cast<double>(peak - g.resident_bytes) <=
+          1.25 * static_cast<double>(budget_bytes - std::min(budget_bytes, g.resident_bytes))) {
+        const auto t = Clock::now();
+        const uint64_t xlb = lower_bound(e.graph, alignment, &order, deadline);
+        stats.bound_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+        if (g.resident_bytes + xlb <= budget_bytes) {
+          near.push_back({i, peak});
+        } else {
+          ++stats.bound_skips;
+        }
+      }
       continue;
     }
     // The first candidate (least recompute seconds) whose quick plan fits; the cheaper near
@@ -784,9 +649,13 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   }
   // No quick plan fits: the near misses, least recompute seconds first, planned fully.
   if (std::optional<Plan> plan = first_near_that_fits()) return result(std::move(*plan));
+  if (!base && smallest == base_peak && !out_of_time()) {
+    smallest = std::min(smallest, plan_base().plan.stats.peak_bytes);
+  }
   stats.seconds = elapsed();
+  stats.time_limited = time_cut;
   if (stats_out) *stats_out = stats;
-  throw BudgetInfeasible(budget_bytes, smallest, bound);
+  throw BudgetInfeasible(budget_bytes, smallest, bound, time_cut);
 }
 
 }  // namespace roam

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <optional>
 #include <vector>
 
@@ -21,6 +22,60 @@ struct Expanded {
   std::vector<TensorIdx> tensor_of; // per expanded tensor: the tensor of g
   std::vector<int32_t> instance;    // per expanded tensor: 0 original, k the k-th recomputation
 };
+
+// What every candidate shares: the forward ops, the alias structure and who reads what.
+struct Structure {
+  std::vector<OpIdx> forward;          // forward ops in program order
+  std::vector<int32_t> pos;            // per op: position in `forward`, -1 if not forward
+  std::vector<TensorIdx> nearest;      // per tensor: nearest tensor along its alias chain that an
+                                       // op produces (itself when produced, or a root)
+  std::vector<std::vector<OpIdx>> users;  // per produced tensor p: ops reading a tensor t with
+                                          // nearest[t] = p, or outputting an alias of one
+  std::vector<char> cloneable;         // per op
+  std::vector<char> backward_read;     // per op: a non-forward op reads one of its outputs
+  std::vector<std::vector<OpIdx>> after_rev;  // per op v: ops w that list v in `after`
+};
+
+Structure analyse(const Graph& g);
+
+/// One point of a span's time-versus-memory staircase: the ops recomputed (program order, a
+/// closed set: every recomputed op's inputs are recomputed too or held), their seconds, and the
+/// bytes of the span's storages still held for the backward pass (span_kept_bytes).
+struct StairPoint {
+  std::vector<OpIdx> clones;
+  double cost = 0;
+  uint64_t kept = 0;
+};
+
+/// Bytes (aligned) of the storages produced in forward positions [begin, end) that are held
+/// until the backward pass when the ops with cloned[v] != 0 are recomputed: those of a tensor
+/// whose producer is not recomputed and that a backward op or a recomputed op reads (directly or
+/// through a view). With nothing recomputed: the span's activation bytes.
+uint64_t span_kept_bytes(const Graph& g, const Structure& st, int32_t begin, int32_t end,
+                         const std::vector<char>& cloned, uint64_t alignment);
+
+/// The staircase of a span (Rockmate's per-block options, Zhao et al. ICML 2023 sec. 4, with an
+/// exact byte count): from recomputing every cloneable op of the span (but `keep`, the producer
+/// of its boundary), greedily stop recomputing the op whose removal saves the most seconds per
+/// byte it keeps (ties: the lowest op index), down to recomputing nothing; the Pareto points
+/// (kept bytes increasing, seconds decreasing), at most `max_points` (evenly thinned, both
+/// ends kept). Spans with more than `max_ops` cloneable ops get the first point only.
+/// Deterministic. O(max_ops^2 x span size).
+std::vector<StairPoint> span_staircase(const Graph& g, const Structure& st, int32_t begin,
+                                       int32_t end, OpIdx keep, uint64_t alignment,
+                                       size_t max_ops = 256, size_t max_points = 24);
+
+/// The graph with one extra op per recomputation of each op in `clones` (program order): a
+/// clone reads the clones of its inputs where they exist, backward readers are rewired to the
+/// clones, and control edges keep the old instance's forward readers before the clone and run
+/// the clone no earlier than the op before its first backward reader in program order (remat.h
+/// step 3). Throws InputError when those edges contradict the graph's order.
+Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& clones);
+
+/// The fast plan of an expanded graph: lescea order, the better of llfb and best_fit layouts;
+/// returns resident + arena.
+uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order,
+                    std::vector<uint64_t>& offsets);
 
 /// The version-2 plan of g from a plan `xp` of the expanded graph: the order mapped to g's ops,
 /// each expanded storage's offset to its (storage, instance) of g, the recomputation stats
