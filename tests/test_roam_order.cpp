@@ -290,6 +290,116 @@ TEST(RoamOrder, WeightUpdateHeadAndTail) {
   EXPECT_EQ(st.baselines["program"].get<uint64_t>(), 2060u);
 }
 
+// A head that makes nothing runs in its earliest gap (issue 15: resnet50 b2 64 px held a 4 MiB
+// weight gradient through the next convolution backward, 15.9% above the bound). A residual
+// block: b3 and b2 (the main branch's backward) are parallel to bd (the shortcut), so both lie
+// in the gap between key points b1 and badd; each parameter's Adam-like group splits into a
+// head (in-place moment updates reading the gradient) and a tail (sqrt temporary, then the
+// in-place parameter update).
+//   f1 (x)->a1 100  f2 (a1,w2)->a2 100  f3 (a2,w3)->a3 100  f4 (a3,a1)->loss 10
+//   b1 (loss)->gs 100  b3 (gs,a2,w3)->g2 100, gw3 400  b2 (g2,a1,w2)->g1a 100, gw2 900
+//   bd (gs)->g1b 100  badd (g1a,g1b)->g1 10 (loss and g1 are graph outputs)
+//   w2: u2m mul_(m2)  u2a add_(.,gw2)  u2s sqrt->q2 400  u2p addcdiv_(w2) after f2, b2
+//   w3: u3m mul_(m3)  u3a add_(.,gw3)  u3v mul_(v3)  u3b addcmul_(.,gw3)  u3s sqrt->q3 900
+//       u3p addcdiv_(w3) after f3, b3
+// Optimum 1310 at b2 (a1 loss g2 g1a gw2 g1b): w3's head runs right after b3, freeing gw3.
+// The scheduler's estimate counted every head of a gap as held at once at the gap's lowest
+// level (110 + 960 + 448 at 64-byte units) and sent w3's head past badd: b2 then also holds
+// gw3, 1710. A head that makes no storage and needs nothing beyond what it reads only holds
+// its inputs longer when it runs later: it now takes its earliest gap, where the segment
+// search places it.
+TEST(RoamOrder, HeadsThatMakeNothingRunEarly) {
+  GraphJson b("resblock");
+  b.tensor("x", 64, "input").tensor("w2", 64, "param").tensor("w3", 64, "param");
+  b.tensor("m2", 64, "optimizer_state").tensor("m3", 64, "optimizer_state");
+  b.tensor("v3", 64, "optimizer_state");
+  for (const char* t : {"a1", "a2", "a3", "gs", "g2", "g1a", "g1b"}) b.tensor(t, 100);
+  b.tensor("loss", 10).tensor("g1", 10).tensor("gw3", 400).tensor("gw2", 900);
+  b.tensor("q2", 400).tensor("q3", 900);
+  for (const char* m : {"m2a", "m2b"}) b.tensor(m, 64, "", "m2");
+  for (const char* m : {"m3a", "m3b"}) b.tensor(m, 64, "", "m3");
+  for (const char* v : {"v3a", "v3b"}) b.tensor(v, 64, "", "v3");
+  b.tensor("w2n", 64, "", "w2").tensor("w3n", 64, "", "w3");
+  b.op("f1", {"x"}, {"a1"})
+      .op("f2", {"a1", "w2"}, {"a2"})
+      .op("f3", {"a2", "w3"}, {"a3"})
+      .op("f4", {"a3", "a1"}, {"loss"})
+      .op("b1", {"loss"}, {"gs"}, "backward")
+      .op("b3", {"gs", "a2", "w3"}, {"g2", "gw3"}, "backward")
+      .op("b2", {"g2", "a1", "w2"}, {"g1a", "gw2"}, "backward")
+      .op("bd", {"gs"}, {"g1b"}, "backward")
+      .op("badd", {"g1a", "g1b"}, {"g1"}, "backward")
+      .op("u2m", {"m2"}, {"m2a"}, "update")
+      .op("u2a", {"m2a", "gw2"}, {"m2b"}, "update")
+      .op("u2s", {"m2b"}, {"q2"}, "update")
+      .op("u2p", {"w2", "m2b", "q2"}, {"w2n"}, "update", {"f2", "b2"})
+      .op("u3m", {"m3"}, {"m3a"}, "update")
+      .op("u3a", {"m3a", "gw3"}, {"m3b"}, "update")
+      .op("u3v", {"v3"}, {"v3a"}, "update")
+      .op("u3b", {"v3a", "gw3"}, {"v3b"}, "update")
+      .op("u3s", {"v3b"}, {"q3"}, "update")
+      .op("u3p", {"w3", "m3b", "q3"}, {"w3n"}, "update", {"f3", "b3"});
+  b.output("loss").output("g1");
+  const Graph g = b.parse();
+  const roam::RoamStructure rs = roam::roam_structure(g, options(64));
+  EXPECT_EQ(ids(g, rs.core_key_points),
+            (std::vector<std::string>{"f2", "f3", "f4", "b1", "badd"}));
+  int heads = 0;
+  for (const auto& d : rs.groups) {
+    if (d.part != 1) continue;
+    ++heads;
+    EXPECT_EQ(d.earliest, 4) << ids(g, d.ops).front();
+    EXPECT_EQ(d.chosen, 4) << ids(g, d.ops).front();  // in b1..badd, with b3 and b2
+  }
+  EXPECT_EQ(heads, 2);
+  const uint64_t best = roamtest::brute_downsets(roamtest::brute_model(g), 1).min_tp;
+  EXPECT_EQ(best, 1310u);
+  EXPECT_EQ(roam::lower_bound(g, 1), 1310u);
+  roam::RoamOrderStats st;
+  const Order o = roam::order_roam(g, options(1), &st);
+  EXPECT_EQ(st.variants["roam-scheduled"]["tp"].get<uint64_t>(), 1310u);
+  EXPECT_EQ(roam::theoretical_peak(g, o, 1), 1310u);
+}
+
+// The local search moves blocks: a chain that computes a SiLU derivative from the forward input
+// x alone (c1 sigmoid(x)->s, c2 empty_like->e, c3 e.fill_(1).sub_(s) in place, c4 x*e->t, c5
+// t.add_(1) in place, c6 s*t->d; the backward b3 multiplies d by the gradient) runs, in the
+// program, at the end of the forward: c4 holds x s e t y loss = 510. Every single op moved
+// alone holds more (c6 later keeps s and t instead of d; c1 earlier has x and s live at f1,
+// f2, ...), so sliding single ops finds nothing. The chain moved as one block to just after
+// f0 holds at most 400 (c4: x s e t); the peak is then b2's 410 (gz y gy loss d), which every
+// order has (brute force). Exact search is switched off so that the local search decides.
+TEST(RoamOrder, LocalSearchMovesChainsAsBlocks) {
+  GraphJson b("silu");
+  b.tensor("in", 64, "input");
+  for (const char* t : {"x", "y", "z", "gz", "gy", "s", "e", "t", "d"}) b.tensor(t, 100);
+  b.tensor("loss", 10).tensor("gx", 10).tensor("e2", 100, "", "e").tensor("t2", 100, "", "t");
+  b.op("f0", {"in"}, {"x"})
+      .op("f1", {"x"}, {"y"})
+      .op("f2", {"y"}, {"z"})
+      .op("f3", {"z"}, {"loss"})
+      .op("c1", {"x"}, {"s"}, "backward")
+      .op("c2", {"s"}, {"e"}, "backward")
+      .op("c3", {"e", "s"}, {"e2"}, "backward")
+      .op("c4", {"x", "e2"}, {"t"}, "backward")
+      .op("c5", {"t"}, {"t2"}, "backward")
+      .op("c6", {"s", "t2"}, {"d"}, "backward")
+      .op("b1", {"loss"}, {"gz"}, "backward")
+      .op("b2", {"gz", "y"}, {"gy"}, "backward")
+      .op("b3", {"gy", "d"}, {"gx"}, "backward");
+  b.output("loss").output("gx");
+  const Graph g = b.parse();
+  EXPECT_EQ(roamtest::brute_downsets(roamtest::brute_model(g), 1).min_tp, 410u);
+  EXPECT_EQ(roam::theoretical_peak(g, g.program_order(), 1), 510u);
+  roam::PlanOptions opt = options(1);
+  opt.extra["exact_segments"] = false;
+  roam::RoamOrderStats st;
+  const Order o = roam::order_roam(g, opt, &st);
+  EXPECT_EQ(st.variants["roam-scheduled"]["tp"].get<uint64_t>(), 410u);
+  EXPECT_EQ(roam::theoretical_peak(g, o, 1), 410u);
+  EXPECT_GT(st.swaps, 0);
+}
+
 // The optimizer's alpha is read from meta.optimizer. It is the fallback estimate of a group's
 // transient X = max(G, alpha x parameter bytes) for groups whose temporaries are not in the
 // graph; groups that make temporaries use their simulated peak (exact for the group alone).

@@ -176,6 +176,7 @@ struct Group {                 // one schedulable unit of an update group
   std::vector<OpIdx> exits;    // R ops without a successor in the unit
   int32_t e = 0, l = 0;        // gap window (a tail also waits for its head)
   uint64_t G = 0, X = 0;       // held bytes, transient peak (G included)
+  bool births = false;         // some op of the unit makes a storage (in the R model)
   uint64_t from_head = 0;      // tail: bytes made by the head that it reads (held between)
   std::vector<std::pair<StorageIdx, int32_t>> external;  // (storage, core position of its end)
 };
@@ -674,6 +675,9 @@ bool make_groups(const Graph& g, uint64_t alignment, std::vector<char>& banned, 
     const bool makes_memory = std::any_of(touched.begin(), touched.end(), [&](StorageIdx s) {
       return std::all_of(p.births[s].begin(), p.births[s].end(), in_group);
     });
+    gr.births = std::any_of(touched.begin(), touched.end(), [&](StorageIdx s) {
+      return std::any_of(p.births[s].begin(), p.births[s].end(), in_group);
+    });
     // alpha may be up to 1e6: the estimate is capped at 2^62 bytes (the reader's cap on all
     // sizes together), so that the conversion is defined.
     const double estimate = std::min(p.alpha * static_cast<double>(param), 4611686018427387904.0);
@@ -807,6 +811,15 @@ std::vector<int32_t> schedule_groups(const Prep& p, const Settings& settings) {
       if (head_gap >= 0)
         tree.add(2 * head_gap + 1, 2 * j - 1, sign * units(gr.from_head));
     };
+    if (!gr.births && gr.X == gr.G) {
+      // The unit makes no storage and needs no bytes beyond what it reads (an Adam head's
+      // in-place moment updates, an SGD update): running it later only holds what it reads
+      // longer, so its earliest gap dominates. There it costs nothing beyond the holds up to
+      // the gap (already in the profile): it can run right after the last of its
+      // predecessors, which the segment search does when that is best.
+      chosen[gi] = e;
+      continue;
+    }
     std::vector<int32_t> cand;
     for (int32_t j = e; j <= std::min(gr.l, e + settings.delay_radius); ++j) cand.push_back(j);
     if (cand.empty() || cand.back() != gr.l) cand.push_back(std::max(gr.l, e));
@@ -1133,7 +1146,8 @@ VariantResult solve_variant(const Graph& g, const Prep& p, const Blocks& b,
   std::stable_sort(work.begin(), work.end(),
                    [&](int32_t x, int32_t y) { return probs[x].k > probs[y].k; });
   // Budgets per segment, fixed before solving (deterministic): the per-segment limits, capped
-  // so that a variant spends at most kTotalStates states and kTotalSwaps swaps in all (states
+  // so that a variant spends at most kTotalStates states and kTotalSwaps swaps per local search
+  // (a segment runs two: single ops, then single ops and blocks) in all (states
   // shared evenly, swaps in proportion to segment size).
   constexpr int64_t kTotalStates = 2000000, kTotalSwaps = 4000000;
   int64_t total_ops = 0;

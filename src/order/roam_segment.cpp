@@ -370,12 +370,19 @@ class ExactSearch {
 // Local search: slide single ops through adjacent swaps. A swap of the ops at steps i and i+1
 // changes only those two steps' live bytes, so it costs O(degree + log k).
 // Objective, lexicographic: (peak, number of steps at the peak, sum of live bytes over steps).
+// With `blocks`, blocks slide too: an op with the run of ops just before it that feed it (each a
+// predecessor of a later op of the run; at most kBlock ops) moves later as one, and an op with
+// the run just after it that it feeds moves earlier as one. A chain whose single steps each hold more (a
+// SiLU derivative sigmoid(x) * (1 + x * (1 - sigmoid(x))) computed ahead of the gradient that
+// multiplies it: every partial result is an extra tensor) moves to where its transient is cheap.
 // ---------------------------------------------------------------------------------------------
 class LocalSearch {
  public:
-  LocalSearch(const SegmentProblem& p, std::vector<int32_t> order, const SegmentSettings& settings)
+  LocalSearch(const SegmentProblem& p, std::vector<int32_t> order, const SegmentSettings& settings,
+              bool blocks)
       : p_(p),
         settings_(settings),
+        blocks_(blocks),
         ord_(std::move(order)),
         pos_(p.k),
         first_(p.storages.size()),
@@ -428,7 +435,9 @@ class LocalSearch {
       const std::vector<int32_t> snapshot = ord_;
       for (int32_t u : snapshot) {
         if (swaps >= settings_.local_search_swaps || timed_out) break;
-        if (slide(u, reach, +1, swaps, timed_out) || slide(u, reach, -1, swaps, timed_out)) {
+        if (slide(u, reach, +1, swaps, timed_out) || slide(u, reach, -1, swaps, timed_out) ||
+            (blocks_ && (slide_block(u, reach, +1, swaps, timed_out) ||
+                         slide_block(u, reach, -1, swaps, timed_out)))) {
           improved = true;
         }
       }
@@ -545,8 +554,85 @@ class LocalSearch {
     return best < start;
   }
 
+  // Slides the block of u (see above; dir +1: u and the ops just before it that feed it, moved
+  // later; -1: u and the ops just after it that it feeds, moved earlier) up to `reach` steps,
+  // one op w across the whole block per step (|block| adjacent swaps, none across an edge);
+  // keeps the best position if it improves. Blocks of one op are left to slide().
+  bool slide_block(int32_t u, int32_t reach, int dir, int64_t& swaps, bool& timed_out) {
+    static constexpr int32_t kBlock = 32;
+    const int32_t k = p_.k;
+    // The block is ord_[lo..hi]; it grows from u while the next op outward has an edge to it.
+    int32_t lo = pos_[u], hi = pos_[u];
+    if (dir > 0) {
+      while (lo > 0 && hi - lo + 1 < kBlock) {
+        const int32_t c = ord_[lo - 1];
+        bool feeds = false;
+        for (int32_t x = lo; x <= hi && !feeds; ++x) feeds = edge(c, ord_[x]);
+        if (!feeds) break;
+        --lo;
+      }
+    } else {
+      while (hi + 1 < k && hi - lo + 1 < kBlock) {
+        const int32_t c = ord_[hi + 1];
+        bool fed = false;
+        for (int32_t x = lo; x <= hi && !fed; ++x) fed = edge(ord_[x], c);
+        if (!fed) break;
+        ++hi;
+      }
+    }
+    if (lo == hi) return false;
+    const Objective start = objective();
+    Objective best = start;
+    std::vector<int32_t> done;  // swap indices, in the order applied (each undoes itself)
+    size_t best_done = 0;
+    for (int32_t moved = 0; moved < reach && swaps < settings_.local_search_swaps; ++moved) {
+      if (dir > 0) {
+        if (hi + 1 >= k) break;
+        const int32_t w = ord_[hi + 1];
+        bool blocked = false;
+        for (int32_t x = lo; x <= hi && !blocked; ++x) blocked = edge(ord_[x], w);
+        if (blocked) break;
+        for (int32_t i = hi; i >= lo; --i) {
+          swap_at(i);
+          done.push_back(i);
+        }
+        ++lo;
+        ++hi;
+      } else {
+        if (lo == 0) break;
+        const int32_t w = ord_[lo - 1];
+        bool blocked = false;
+        for (int32_t x = lo; x <= hi && !blocked; ++x) blocked = edge(w, ord_[x]);
+        if (blocked) break;
+        for (int32_t i = lo - 1; i < hi; ++i) {
+          swap_at(i);
+          done.push_back(i);
+        }
+        --lo;
+        --hi;
+      }
+      swaps += hi - lo + 1;
+      if ((swaps & ~int64_t{4095}) != ((swaps - (hi - lo + 1)) & ~int64_t{4095}) &&
+          std::chrono::steady_clock::now() > settings_.deadline) {
+        timed_out = true;
+      }
+      const Objective o = objective();
+      if (o < best) {
+        best = o;
+        best_done = done.size();
+      }
+      if (timed_out) break;
+    }
+    while (done.size() > best_done) {
+      swap_at(done.back());
+      done.pop_back();
+    }
+    return best < start;
+  }
+
   const SegmentProblem& p_;
   const SegmentSettings& settings_;
+  bool blocks_ = false;
   std::vector<int32_t> ord_, pos_, first_, last_;
   std::vector<uint8_t> mark_;
   std::vector<std::vector<int32_t>> preds_sorted_;
@@ -681,9 +767,19 @@ SegmentResult solve_segment(const SegmentProblem& p, const std::vector<std::vect
     }
   }
   if (r.time_limit_hit || settings.local_search_swaps <= 0 || p.k < 2) return r;
-  LocalSearch ls(p, r.order, settings);
+  // Single-op slides, then (from the same start, with a budget of its own) single-op and block
+  // slides; the second is kept only where it is strictly better, so adding the block moves never
+  // costs a segment anything (on a 5,000-op random DAG they alone end 1.5% higher).
+  const std::vector<int32_t> start = r.order;
+  LocalSearch ls(p, start, settings, false);
   ls.run(r.swaps, r.time_limit_hit);
   consider(ls.order());
+  if (r.peak <= floor || r.time_limit_hit) return r;
+  int64_t block_swaps = 0;
+  LocalSearch lb(p, start, settings, true);
+  lb.run(block_swaps, r.time_limit_hit);
+  r.swaps += block_swaps;
+  consider(lb.order());
   return r;
 }
 
