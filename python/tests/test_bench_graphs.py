@@ -1,4 +1,5 @@
-"""The committed benchmark graphs (bench/graphs/, DESIGN.md "Benchmarks"): all 17 present,
+"""The committed benchmark graphs (bench/graphs/, DESIGN.md "Benchmarks"): the paper's 17 and
+the small-batch captures of bench/regenerate (issue 15) present,
 listed in MANIFEST.md with their sha256, structurally valid, planned and validated by the C++
 tool, and small enough to commit."""
 
@@ -16,7 +17,9 @@ GRAPHS = os.path.join(REPO_ROOT, "bench", "graphs")
 CNNS = ["alexnet", "vgg11", "mnasnet0_5", "mobilenet_v2", "efficientnet_b0"]
 EXPECTED = ([f"{m}-b1-adam" for m in CNNS] + [f"{m}-b32-adam" for m in CNNS]
             + ["vit_b_16-b1-adam", "vit_b_16-b32-adam", "bert-base-b1-adam",
-               "bert-base-b32-adam", "gpt2-xl-b1-adam", "gpt2-xl-b2-adam", "gpt2-xl-b4-adam"])
+               "bert-base-b32-adam", "gpt2-xl-b1-adam", "gpt2-xl-b2-adam", "gpt2-xl-b4-adam"]
+            + ["resnet50-b2-64px-adam", "resnet50-b2-64px-noworkspace-adam",
+               "efficientnet_b0-b2-96px-adam"])
 REAL = {f"{m}-b1-adam" for m in CNNS}
 
 
@@ -31,7 +34,7 @@ def _manifest():
     return rows
 
 
-def test_manifest_lists_the_17_graphs_with_their_sha256():
+def test_manifest_lists_the_graphs_with_their_sha256():
     rows = _manifest()
     assert sorted(rows) == sorted(EXPECTED)
     files = sorted(f[:-len(".json.gz")] for f in os.listdir(GRAPHS) if f.endswith(".json.gz"))
@@ -69,6 +72,9 @@ def test_graph_is_valid_and_matches_the_manifest(name, tmp_path):
         # causal mask (1024 x 1024 bool); input ids and labels (int64)
         assert s["resident_bytes"] == 12 * 1_557_611_200 + 580 * 4 + 1024 * 1024 + \
             2 * 8 * batch * 1024
+    if "-noworkspace-" in name:  # the capture without its kernel scratch (bench/regenerate)
+        assert not any("workspace" in op for op in g["ops"])
+        assert "workspace" not in g["meta"]["capture"]
     exe = roam_binary()
     if not os.access(exe, os.X_OK):
         pytest.fail(f"C++ roam binary not found at {exe}")
