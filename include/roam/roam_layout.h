@@ -337,9 +337,10 @@ constexpr int64_t kDefaultRoamNodeLimit = 4096;
 ///    max(20000, 50 x leaf storages); dives get max(that, 400 x storages)); ignored unless a
 ///    positive integer.
 ///  - extra["second_pass_probes"]: the most probes of step 4's second pass (the most-
-///    constrained-cell mode), 0 to skip it; default: no limit (until Tp, a proof or the time
-///    limit). plan_with_budget (remat.h) bounds it, so that its plans of recomputing graphs,
-///    which seldom reach Tp, end by work rather than by the clock.
+///    constrained-cell mode), 0 to skip it; default 20 (each probe bisects towards Tp with a
+///    node budget growing x4 per round), so that the default plan ends by work rather than by
+///    the clock; plan_with_budget (remat.h) uses 4, its plans of recomputing graphs seldom
+///    reaching Tp.
 /// Deterministic for any thread count unless the time limit cuts a search.
 Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& options);
 

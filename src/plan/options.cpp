@@ -33,8 +33,8 @@ const std::vector<ExtraOptionSpec>& extra_option_specs() {
       {"search_node_limit", "layout", "int", 1, 1e12,
        "search nodes per probe of the exact layout solver"},
       {"second_pass_probes", "layout", "int", 0, 1e6,
-       "probes of the second leaf pass where the time sweep stops above Tp (0: none; default: "
-       "until Tp, a proof or the time limit)"},
+       "probes of the second leaf pass where the time sweep stops above Tp (0: none; default "
+       "20)"},
   };
   return specs;
 }
