@@ -43,6 +43,15 @@
 //     budget's arena part get such a full plan first, unless resident + the proven lower bound
 //     of their expanded graph is above the budget. So the recompute seconds never rise when the
 //     budget grows: the candidates, their plans and bounds do not depend on the budget.
+//     A near miss is not planned fully when one exact cut (min_live_at_op at the ops with the
+//     most bytes live in its quick order) already proves its Tp above the budget's arena part,
+//     before its full lower bound is computed.
+//  5. A refusal names the smallest budget that steps 1-4 meet: the least of the quick peaks, of
+//     the full-plan peaks of the near misses, and, for every other candidate whose quick arena
+//     would be near below that, max(its full-plan peak, the least budget at which it is near)
+//     (lowest quick peak first; skipped where an exact cut or its proven lower bound shows it
+//     cannot go lower); and the plan without recomputation where g's bound is below it. So
+//     planning at the named budget succeeds and no budget below it is met (without a time cut).
 //  The plan without recomputation is made only when the budget is at least resident + g's
 //  proven lower bound (below it no order of g fits) or to name the smallest budget met.
 //  Time: the whole call ends by the earlier of options.deadline and start +
@@ -62,8 +71,9 @@
 
 namespace roam {
 
-/// No schedule roam found meets the budget. `smallest_budget` (bytes): the smallest peak
-/// (resident + arena) among the schedules tried, 0 when none could be planned;
+/// No schedule roam found meets the budget. `smallest_budget` (bytes): the smallest budget
+/// plan_with_budget meets (step 5 above; planning at it succeeds, below it fails), 0 when none
+/// could be planned; with `time_limited`, the smallest met among the schedules tried;
 /// `lower_bound` (bytes): resident + recompute_lower_bound, below which no schedule exists;
 /// `time_limited`: the time limit stopped the search before every candidate was tried (the
 /// message then says "... within the time limit ...").

@@ -235,6 +235,17 @@ std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOp
   return chosen;
 }
 
+// ROAM_REMAT_TIMERS=1: where the time went, one line on stderr (diagnostics; no effect on plans).
+void report_timers(const RematStats& s) {
+  const char* env = std::getenv("ROAM_REMAT_TIMERS");
+  if (!env || !*env || *env == '0') return;
+  std::fprintf(stderr,
+               "remat: units %zu candidates %zu evaluated %zu full %zu bound_skips %zu | "
+               "candidates %.2f s quick %.2f s bounds %.2f s full %.2f s total %.2f s\n",
+               s.units, s.candidates, s.evaluated, s.full_plans, s.bound_skips,
+               s.candidate_seconds, s.quick_seconds, s.bound_seconds, s.full_seconds, s.seconds);
+}
+
 }  // namespace
 
 
@@ -298,12 +309,13 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     return *base;
   };
   uint64_t base_peak = 0;
+  uint64_t norecompute_bound = 0;  // resident + g's proven lower bound
   {
     Order order = order_lescea(g, alignment);
     const Liveness live = compute_liveness(g, order);
     base_peak = g.resident_bytes + std::min(layout_llfb(g, live, alignment).reserved_bytes,
                                             layout_best_fit(g, live, alignment).reserved_bytes);
-    const uint64_t norecompute_bound =
+    norecompute_bound =
         g.resident_bytes + lower_bound(g, alignment, &order, base_deadline);
     if (budget_bytes >= norecompute_bound || g.num_ops() <= remat_internal::kExhaustiveOps) {
       base_peak = plan_base().plan.stats.peak_bytes;
@@ -584,8 +596,28 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     r.plan.stats.solve_seconds = elapsed();
     r.reserved_bytes = r.plan.stats.arena_bytes;
     stats.seconds = elapsed();
+    report_timers(stats);
     if (stats_out) *stats_out = stats;
     return r;
+  };
+  // Whether one exact cut already proves an expanded graph's Tp above `arena` bytes: the least
+  // bytes any order holds at the step of each of the kPeakCuts ops with the most bytes live in
+  // the quick plan's order (min_live_at_op; on efficientnet_b0 b1 the first one decides every
+  // near miss the full lower bound rejects, in ~0.3 ms instead of ~33 ms). A proof, so
+  // skipping the full plan then changes no result.
+  auto cut_exceeds = [&](const Expanded& e, const Order& order, uint64_t arena) {
+    constexpr size_t kPeakCuts = 4;
+    const std::vector<uint64_t> live = live_bytes_at_ops(e.graph, order, alignment);
+    std::vector<OpIdx> ops(live.size());
+    for (size_t k = 0; k < ops.size(); ++k) ops[k] = static_cast<OpIdx>(k);
+    const size_t n = std::min(kPeakCuts, ops.size());
+    std::partial_sort(ops.begin(), ops.begin() + static_cast<std::ptrdiff_t>(n), ops.end(),
+                      [&](OpIdx a, OpIdx b) { return live[a] != live[b] ? live[a] > live[b] : a < b; });
+    for (size_t k = 0; k < n; ++k) {
+      if (live[ops[k]] <= arena) break;  // min_live <= live: cannot exceed
+      if (min_live_at_op(e.graph, ops[k], alignment) > arena) return true;
+    }
+    return false;
   };
   // Candidates whose quick plan misses the budget by a little: roam's own order and layout
   // often land lower (up to ~15% on small chains), so they get a full plan after the loop.
@@ -595,6 +627,21 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   };
   std::vector<Near> near;
   size_t near_tried = 0;
+  std::vector<uint64_t> quick(candidates.size(), 0);      // quick peak, 0: not evaluated
+  std::vector<char> planned_fully(candidates.size(), 0);
+  std::vector<uint64_t> cut_bound(candidates.size(), 0);  // a proven bound on the Tp of each
+  // The least budget at which a candidate of quick peak `peak` counts as near (the test below).
+  const uint64_t resident = g.resident_bytes;
+  auto is_near = [&](uint64_t peak, uint64_t budget) {
+    return static_cast<double>(peak - resident) <=
+           1.25 * static_cast<double>(budget - std::min(budget, resident));
+  };
+  auto near_from = [&](uint64_t peak) {
+    uint64_t b = resident + static_cast<uint64_t>(static_cast<double>(peak - resident) / 1.25);
+    while (b > resident && is_near(peak, b - 1)) --b;
+    while (!is_near(peak, b)) ++b;
+    return b;
+  };
   // The near misses not yet planned fully, in order, while time is left: the first whose full
   // plan fits; each one's real peak counts for `smallest`.
   auto first_near_that_fits = [&]() -> std::optional<Plan> {
@@ -605,6 +652,7 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
       std::vector<uint64_t> offsets;
       timed_quick_peak(e, order, offsets);
       Plan plan = plan_fully(e, order, offsets);
+      planned_fully[near[near_tried].index] = 1;
       smallest = std::min(smallest, plan.stats.peak_bytes);
       if (plan.stats.peak_bytes <= budget_bytes) return plan;
     }
@@ -623,18 +671,29 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     Order order;
     std::vector<uint64_t> offsets;
     const uint64_t peak = timed_quick_peak(e, order, offsets);
+    quick[i] = peak;
     smallest = std::min(smallest, peak);
+    {  // the exact cut at the quick order's busiest op: a proven bound for the refusal below
+      const auto t = Clock::now();
+      const std::vector<uint64_t> live = live_bytes_at_ops(e.graph, order, alignment);
+      const auto top = std::max_element(live.begin(), live.end());  // first of the largest
+      if (top != live.end()) {
+        cut_bound[i] = min_live_at_op(e.graph, static_cast<OpIdx>(top - live.begin()), alignment);
+      }
+      stats.bound_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+    }
     if (peak > budget_bytes) {
       // Near: the arena within 25% above the budget's arena part (resident excluded), and
       // resident + the schedule's proven lower bound within the budget (no plan of it fits
       // below that; the bound is within ~1% of the full plan's arena on the benchmark graphs
       // and takes a small fraction of its time).
-      if (static_cast<double>(peak - g.resident_bytes) <=
-          1.25 * static_cast<double>(budget_bytes - std::min(budget_bytes, g.resident_bytes))) {
+      if (is_near(peak, budget_bytes)) {
         const auto t = Clock::now();
-        const uint64_t xlb = lower_bound(e.graph, alignment, &order, deadline);
+        const bool fits =
+            !cut_exceeds(e, order, budget_bytes - std::min(budget_bytes, g.resident_bytes)) &&
+            g.resident_bytes + lower_bound(e.graph, alignment, &order, deadline) <= budget_bytes;
         stats.bound_seconds += std::chrono::duration<double>(Clock::now() - t).count();
-        if (g.resident_bytes + xlb <= budget_bytes) {
+        if (fits) {
           near.push_back({i, peak});
         } else {
           ++stats.bound_skips;
@@ -649,11 +708,51 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   }
   // No quick plan fits: the near misses, least recompute seconds first, planned fully.
   if (std::optional<Plan> plan = first_near_that_fits()) return result(std::move(*plan));
-  if (!base && smallest == base_peak && !out_of_time()) {
+  // The smallest budget met, by the same procedure a feasible call follows: a budget B is met
+  // when some candidate's quick peak is at most B, or when one is near at B (quick arena within
+  // 25% above B's arena part) and its full plan's peak is at most B. So each candidate not yet
+  // planned fully whose near-from budget is below the smallest so far gets its full plan
+  // (lowest quick peak first), unless one exact cut or its proven lower bound shows that the
+  // plan cannot go below the smallest so far; it then offers max(full peak, near-from budget).
+  // Without this the answer came from quick peaks alone, above budgets a full plan meets
+  // (vit_b_16-b1: 1078.8 MiB named, 1073.7 MiB met).
+  {
+    std::vector<size_t> by_peak;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (quick[i] > 0 && !planned_fully[i]) by_peak.push_back(i);
+    }
+    std::stable_sort(by_peak.begin(), by_peak.end(),
+                     [&](size_t a, size_t b) { return quick[a] < quick[b]; });
+    for (size_t i : by_peak) {
+      if (out_of_time()) break;
+      const uint64_t from = near_from(quick[i]);
+      if (from >= smallest || resident + cut_bound[i] >= smallest) continue;
+      const Expanded e = expand(g, st, candidates[i].clones);
+      Order order;
+      std::vector<uint64_t> offsets;
+      timed_quick_peak(e, order, offsets);
+      const uint64_t below = smallest - 1 - std::min(smallest - 1, resident);  // arena to beat
+      const auto t = Clock::now();
+      const bool hopeless = cut_exceeds(e, order, below) ||
+                            lower_bound(e.graph, alignment, &order, deadline) > below;
+      stats.bound_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+      if (hopeless) {
+        ++stats.bound_skips;
+        continue;
+      }
+      const Plan plan = plan_fully(e, order, offsets);
+      planned_fully[i] = 1;
+      smallest = std::min(smallest, std::max(plan.stats.peak_bytes, from));
+    }
+  }
+  // A budget at or above g's proven bound gets the plan without recomputation (which may be
+  // below its quick plan and below every candidate's peak).
+  if (!base && norecompute_bound < smallest && !out_of_time()) {
     smallest = std::min(smallest, plan_base().plan.stats.peak_bytes);
   }
   stats.seconds = elapsed();
   stats.time_limited = time_cut;
+  report_timers(stats);
   if (stats_out) *stats_out = stats;
   throw BudgetInfeasible(budget_bytes, smallest, bound, time_cut);
 }
