@@ -185,3 +185,72 @@ def test_recorded_dummy_trace_equals_make_fx(name):
     assert a.ints == b.ints
     assert _bits(a.node_floats) == _bits(b.node_floats)
     assert o.state[p] is st and o.param_groups[0]["params"] == [p]  # restored
+
+
+def test_binding_reused_only_while_storages_are_unchanged():
+    """_bind reuses the previous step's detached views of the model's and the optimizer's
+    tensors (the same objects), detaches the new inputs, and binds a tensor again when its
+    storage changed (``p.data = ...``); a changed shape is still refused with its message."""
+    model, o = _model_and_groups("adam")
+    _eager(model, o, _batch(0))
+    step = optimize(model, o, F.cross_entropy, _batch(1))
+    b2, b3 = _batch(2), _batch(3)
+    first, _, reason = step._bind(b2)
+    assert reason is None
+    second, _, reason = step._bind(b3)
+    assert reason is None
+    n_own = len(first) - 2
+    assert all(x is y for x, y in zip(first[:n_own], second[:n_own]))
+    assert second[n_own].data_ptr() == b3[0].data_ptr()
+    assert second[n_own + 1].data_ptr() == b3[1].data_ptr()
+    w = model[0].weight
+    w.data = w.data.clone() + 1.0          # same tensor object, new storage
+    third, _, reason = step._bind(b3)
+    assert reason is None
+    i = next(i for i, t in enumerate(first) if t.data_ptr() != third[i].data_ptr())
+    assert third[i].data_ptr() == w.data_ptr() and torch.equal(third[i], w.detach())
+    assert sum(1 for x, y in zip(second[:n_own], third[:n_own]) if x is not y) == 1
+    w.data = torch.zeros(8, 5)             # another shape: refused as before
+    _, _, reason = step._bind(b3)
+    assert reason is not None and "shape (8, 5) given, (8, 6) captured" in reason
+
+
+def test_one_session_call_per_op_keeps_the_session_figures():
+    """Program.run with end_begin_op (one call per op) against the same run with separate
+    begin_op / end_op calls (observe forces them): same loss bits, same updated tensors,
+    same session figures (arena / fallback allocations, peaks, no mismatch)."""
+    from roam.executor.native import native
+    model, o = _model_and_groups("adam")
+    _eager(model, o, _batch(0))
+    step = optimize(model, o, F.cross_entropy, _batch(1))
+    flat, params, reason = step._bind(_batch(2))
+    assert reason is None and step.scalars.refresh(params) is None
+    results = []
+    for observe in (None, lambda k, p: None):
+        args = [t.clone() for t in flat]
+        s = native().Session()
+        s.configure(step.program.arena_bytes, step.alignment,
+                    step.program.session_schedule(step.ranks),
+                    step.program.session_workspaces())
+        s.set_workspaces_in_arena(True)
+        s.debug = True
+        s.install(step.priority)
+        try:
+            out = step.program.run(args, s, observe=observe)
+        finally:
+            s.uninstall()
+        loss = _first(out).clone()
+        del out
+        results.append((loss, args, s.stats()))
+    (l1, a1, s1), (l2, a2, s2) = results
+    assert torch.equal(l1, l2) and all(torch.equal(x, y) for x, y in zip(a1, a2))
+    assert s1["mode"] == s2["mode"] == "planned" and s1["mismatches"] == 0
+    assert s1["debug_violations"] == 0 and s1["debug_checks"] > 0
+    for key in ("arena_allocs", "fallback_allocs", "fallback_peak", "total_peak",
+                "arena_live_peak", "debug_checks", "outside_ops", "rearmed"):
+        assert s1[key] == s2[key], key
+
+
+def _first(out):
+    import torch.utils._pytree as pytree
+    return next(t for t in pytree.tree_flatten(out)[0] if isinstance(t, torch.Tensor))

@@ -260,6 +260,23 @@ bool Session::installed() const {
 
 void Session::begin_op(int32_t step) {
   std::lock_guard<std::mutex> lock(mu_);
+  begin_op_locked(step);
+}
+
+bool Session::end_op(int32_t step, const std::vector<uint64_t>& ptrs, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return end_op_locked(step, ptrs, what);
+}
+
+bool Session::end_begin_op(int32_t step, const std::vector<uint64_t>& ptrs,
+                           const std::string& what, int32_t next_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool ok = end_op_locked(step, ptrs, what);
+  begin_op_locked(next_step);
+  return ok;
+}
+
+void Session::begin_op_locked(int32_t step) {
   current_ = step;
   op_counts_.clear();
   if (step < 0 || static_cast<size_t>(step) >= schedule_.size()) return;
@@ -267,8 +284,8 @@ void Session::begin_op(int32_t step) {
   for (size_t i = 0; i < schedule_[step].size(); ++i) schedule_[step][i].rank = ranks_[step][i];
 }
 
-bool Session::end_op(int32_t step, const std::vector<uint64_t>& ptrs, const std::string& what) {
-  std::lock_guard<std::mutex> lock(mu_);
+bool Session::end_op_locked(int32_t step, const std::vector<uint64_t>& ptrs,
+                            const std::string& what) {
   current_ = -1;
   if (st_.mode != Mode::kPlanned) return st_.mode != Mode::kDiverged;
   if (step < 0 || static_cast<size_t>(step) >= schedule_.size()) return true;

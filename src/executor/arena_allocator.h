@@ -130,6 +130,12 @@ class Session : public std::enable_shared_from_this<Session> {
   /// `ptrs[i]`: storage data pointer of the i-th planned output of `step` (0 when the output is
   /// missing). Returns false (and diverges) when one is not at its planned place.
   bool end_op(int32_t step, const std::vector<uint64_t>& ptrs, const std::string& what);
+  /// end_op(step, ptrs, what) then begin_op(next_step) under one lock: one call per op from the
+  /// runner when nothing is allocated between the two ops (frees in between are then counted in
+  /// next_step, which changes nothing: a block is re-armed only when freed during its own op).
+  /// Returns end_op's result.
+  bool end_begin_op(int32_t step, const std::vector<uint64_t>& ptrs, const std::string& what,
+                    int32_t next_step);
   /// Records an external divergence (e.g. a different graph noticed by the runner).
   void diverge(int64_t step, const std::string& message);
 
@@ -161,6 +167,8 @@ class Session : public std::enable_shared_from_this<Session> {
   c10::DataPtr serve_arena_locked(uint64_t offset, uint64_t span, size_t n, int32_t expect,
                                   std::unique_lock<std::mutex>& lock);
   void diverge_locked(int64_t step, const std::string& message);
+  void begin_op_locked(int32_t step);
+  bool end_op_locked(int32_t step, const std::vector<uint64_t>& ptrs, const std::string& what);
   static std::string describe(uint64_t offset, const ArenaBlock& b);
   bool arena_range_free_locked(uint64_t offset, uint64_t span, std::string* who) const;
   void debug_check_locked(uint64_t begin, uint64_t end);

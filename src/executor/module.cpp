@@ -144,6 +144,10 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("installed", &Session::installed)
       .def("begin_op", &Session::begin_op)
       .def("end_op", &Session::end_op, py::arg("step"), py::arg("ptrs"), py::arg("what"))
+      .def("end_begin_op", &Session::end_begin_op, py::arg("step"), py::arg("ptrs"),
+           py::arg("what"), py::arg("next_step"),
+           "end_op(step, ptrs, what) then begin_op(next_step) in one call (nothing may be "
+           "allocated between the two ops)")
       .def("diverge", &Session::diverge)
       .def("stats", [](const Session& s) { return stats_dict(s.stats()); })
       .def_property_readonly("arena_base", &Session::arena_base)

@@ -536,6 +536,7 @@ class RoamStep:
         except (KeyError, ValueError, TypeError):
             pass  # a plan that does not fit the graph: said below
         self._signature = [_sig(t) for t in _flatten_state(state)]
+        self._bind_cache = None  # (own tensors, their detached views) of the last binding
         # what each placeholder is, for a person (same order as _flatten_state)
         self._placeholder_names = (
             [f"parameter {n}" for n in state.param_names]
@@ -662,13 +663,29 @@ class RoamStep:
                 return None, None, NO_STATE
             return None, None, "the optimizer state differs from the captured one"
         flat = _flatten_state(st)
-        sig = [_sig(t) for t in flat]
-        if sig != self._signature:
+        # The step's own tensors (all but the inputs) are bound again from the previous step's
+        # binding where the same tensor still has the same storage, offset, sizes and strides
+        # (``is_set_to``: then its signature is the one checked then and the detached view is
+        # still the same view); the others (the new inputs) are checked and detached.
+        n_own = len(flat) - len(st.inputs)
+        raw, det = self._bind_cache if self._bind_cache is not None else ((), ())
+        bound: List[torch.Tensor] = []
+        if len(flat) == len(self._signature):
+            for i, t in enumerate(flat):
+                if i < len(raw) and t is raw[i] and t.is_set_to(det[i]):
+                    bound.append(det[i])
+                elif _sig(t) == self._signature[i]:
+                    bound.append(t.detach())
+                else:
+                    break
+        if len(bound) != len(flat) or len(flat) != len(self._signature):
+            self._bind_cache = None
+            sig = [_sig(t) for t in flat]
             if len(sig) != len(self._signature):
                 return None, None, "the number of tensors differs from the captured step"
             return None, None, self._differs(sig)
-        flat = [t.detach() for t in flat]
-        return flat, list(st.params), None
+        self._bind_cache = (flat[:n_own], bound[:n_own])  # the inputs are not kept
+        return bound, list(st.params), None
 
     def _differs(self, sig) -> str:
         """Which placeholder differs from the captured step, and how: e.g. ``input 0 (data)
@@ -817,6 +834,7 @@ class RoamStep:
         for p in getattr(self, "_created_for", []):
             self.optimizer.state.pop(p, None)
         self._created_for = []
+        self._bind_cache = None  # it may hold the dropped state tensors
 
     def _eager_step(self, inputs) -> torch.Tensor:
         from ..capture.trace import primary_output

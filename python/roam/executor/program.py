@@ -111,6 +111,9 @@ class Step:
     expr: str = ""
     src_args: Any = None
     src_kwargs: Any = None
+    # the next step's begin_op may go with this step's end_op (one session call per op): no
+    # allocation between them (no generator state saved / restored by either step)
+    chain_next: bool = False
 
 
 @dataclass
@@ -342,6 +345,8 @@ class Program:
                    + "]", env) if self.steps else []
         for st, f in zip(self.steps, fns):
             st.call = f
+        for st, nxt in zip(self.steps, self.steps[1:]):
+            st.chain_next = st.rng != "replay" and nxt.rng is None
 
     def _resolver(self):
         slot = self.slot_of
@@ -386,6 +391,10 @@ class Program:
             if n.op == "get_attr":
                 V[slot[n]] = _fetch_attr(self.gm, n.target)
         rng_states: Dict[str, torch.Tensor] = {}
+        # one session call per op where nothing is allocated between two ops: end_op(k) and
+        # begin_op(k + 1) together (not with observe, which runs between them)
+        chain = session is not None and observe is None and hasattr(session, "end_begin_op")
+        begun = -1  # the step whose begin_op went with the previous end_op
         with torch.no_grad():
             for k, st in enumerate(self.steps):
                 node = st.node
@@ -401,7 +410,8 @@ class Program:
                         resume = torch.get_rng_state()
                         torch.set_rng_state(rng_states[st.op_id])
                 if session is not None:
-                    session.begin_op(k)
+                    if begun != k:
+                        session.begin_op(k)
                     out = st.call(V, st.consts, st.fn)
                     if st.planned:
                         res = _tensor_results(out)
@@ -410,7 +420,11 @@ class Program:
                         del res  # no reference may outlive the value's last use
                     else:
                         ptrs = []
-                    session.end_op(k, ptrs, st.what)
+                    if chain and st.chain_next:
+                        session.end_begin_op(k, ptrs, st.what, k + 1)
+                        begun = k + 1
+                    else:
+                        session.end_op(k, ptrs, st.what)
                     if observe is not None:
                         observe(k, ptrs)
                 else:
