@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -112,6 +113,49 @@ TEST(Minimize, NeverAboveTheFitsItTried) {
     }
   }
   EXPECT_GT(probes, 0);
+}
+
+// The second pass's work bounds (roam layout): at most probes_per_round probes at each node
+// budget, the first of every round at the target; no probe starts whose budget x heuristics
+// would take the probes' nodes above probe_nodes_total; never above a fit it tried, the proven
+// bound never above the height (random instances of 20-40 buffers).
+TEST(Minimize, ProbesPerRoundAndNodeTotalBoundTheWork) {
+  std::mt19937_64 rng(2026);
+  int capped_rounds = 0;
+  for (int it = 0; it < 12; ++it) {
+    std::vector<AllocBuffer> b;
+    const int n = 20 + static_cast<int>(rng() % 21);
+    for (int i = 0; i < n; ++i) {
+      AllocBuffer x;
+      x.lower = static_cast<int64_t>(rng() % 40);
+      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 15);
+      x.size = 1 + rng() % 12;
+      b.push_back(x);
+    }
+    AllocSolveOptions o;
+    o.time_limit_seconds = 0;
+    o.probe_node_start = 50;
+    o.node_limit = 3200;
+    o.dive_node_limit = 1;
+    o.probes_per_round = 2;
+    o.probe_nodes_total = it % 2 ? 0 : 20000;
+    const AllocMinimizeResult m = minimize_allocation(b, o);
+    ASSERT_TRUE(valid(b, m.offsets, m.height)) << "instance " << it;
+    EXPECT_LE(m.lower_bound, m.proven_lower_bound);
+    EXPECT_LE(m.proven_lower_bound, m.height);
+    std::map<int64_t, int> per_budget;
+    int64_t nodes = 0;
+    for (const AllocProbe& q : m.probes) {
+      if (o.probe_nodes_total > 0) {  // checked before the probe, with the budget x heuristics
+        EXPECT_LE(nodes + q.node_limit * o.heuristics, o.probe_nodes_total) << "instance " << it;
+      }
+      nodes += q.nodes;
+      if (++per_budget[q.node_limit] == 2) ++capped_rounds;
+      EXPECT_LE(per_budget[q.node_limit], 2) << "instance " << it << " budget " << q.node_limit;
+      if (q.status == AllocStatus::kFeasible) EXPECT_LE(m.height, q.height);
+    }
+  }
+  EXPECT_GT(capped_rounds, 0);  // some round did use its two probes
 }
 
 // Tiny random instances against the brute-force packer with small budgets and few probes (so the

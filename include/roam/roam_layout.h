@@ -90,6 +90,12 @@ struct AllocSolveOptions {
                                     // <= 0: no limit
   int64_t probe_node_start = 20000; // minimize_allocation: search nodes per portfolio search in
                                     // the first round of probes (x4 per round, up to node_limit)
+  int probes_per_round = 0;         // minimize_allocation: the most probes of one round (the
+                                    // target first, then bisection) before the node budget
+                                    // grows; <= 0: no limit (bisect to the unit)
+  int64_t probe_nodes_total = 0;    // minimize_allocation: no probe starts whose node budget
+                                    // (x heuristics) would take the probes' nodes above this;
+                                    // <= 0: no limit
   bool time_sweep = false;          // portfolio branching at the leftmost lowest cell (a sweep
                                     // over time: training graphs) rather than at the most
                                     // constrained one (the MiniMalloc benchmarks)
@@ -337,10 +343,10 @@ constexpr int64_t kDefaultRoamNodeLimit = 4096;
 ///    max(20000, 50 x leaf storages); dives get max(that, 400 x storages)); ignored unless a
 ///    positive integer.
 ///  - extra["second_pass_probes"]: the most probes of step 4's second pass (the most-
-///    constrained-cell mode), 0 to skip it; default 20 (each probe bisects towards Tp with a
-///    node budget growing x4 per round), so that the default plan ends by work rather than by
-///    the clock; plan_with_budget (remat.h) uses 4, its plans of recomputing graphs seldom
-///    reaching Tp.
+///    constrained-cell mode), 0 to skip it; default 20. Each round probes Tp, then bisects,
+///    at most 4 probes per node budget (x4 per round), at most 2,000,000 search nodes per leaf
+///    in all, so that the default plan ends by work rather than by the clock; plan_with_budget
+///    (remat.h) uses 4 probes, its plans of recomputing graphs seldom reaching Tp.
 /// Deterministic for any thread count unless the time limit cuts a search.
 Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& options);
 

@@ -553,21 +553,35 @@ AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,
                                               : std::numeric_limits<int64_t>::max() / 8;
   int64_t budget = std::min<int64_t>(full, std::max<int64_t>(options.probe_node_start, 1));
   int probes = 0;
+  int64_t probe_nodes = 0;  // search nodes of the probes so far
   uint64_t proven_lo = lo;  // every height below it is proven infeasible
   while (r.height > target && proven_lo < r.height) {
     bool open = false;  // some probe of this round was cut by the limit
     uint64_t round_lo = proven_lo;
     bool first = true;
+    int in_round = 0;
+    bool out_of_nodes = false;
     while (round_lo < r.height && r.height > target) {
       if (use_deadline && remaining() <= 0) break;
       if (options.max_probes > 0 && probes >= options.max_probes) break;
+      if (options.probes_per_round > 0 && in_round >= options.probes_per_round) {
+        open = true;  // the rest of the round is left to the larger budget
+        break;
+      }
+      if (options.probe_nodes_total > 0 &&
+          probe_nodes + budget * std::max(options.heuristics, 1) > options.probe_nodes_total) {
+        out_of_nodes = true;
+        break;
+      }
       ++probes;
+      ++in_round;
       // First the lowest height not excluded (the target: the lower bound unless good_enough
       // is higher), then bisection; every round again, with its larger budget.
       const uint64_t mid = first ? std::max(target, round_lo)
                                  : round_lo + ((r.height - round_lo) / unit / 2) * unit;
       first = false;
       const AllocResult a = probe(mid, budget);
+      probe_nodes += a.nodes;
       if (a.status == AllocStatus::kFeasible) {
         r.offsets = a.offsets;
         r.height = a.height;
@@ -577,7 +591,7 @@ AllocMinimizeResult minimize_allocation(const std::vector<AllocBuffer>& buffers,
         round_lo = mid + unit;
       }
     }
-    if (!open || budget >= full || (use_deadline && remaining() <= 0) ||
+    if (!open || out_of_nodes || budget >= full || (use_deadline && remaining() <= 0) ||
         (options.max_probes > 0 && probes >= options.max_probes)) {
       break;
     }

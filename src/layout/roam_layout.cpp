@@ -178,6 +178,10 @@ void add_leaf_jobs(const std::vector<AllocBuffer>& buffers, const SubgraphTree& 
   }
 }
 
+// The second pass's work per leaf (run_leaf_jobs): probes per node budget, search nodes in all.
+constexpr int kSecondPassProbesPerRound = 4;
+constexpr int64_t kSecondPassNodes = 2'000'000;
+
 // Solves every job that needs it; in parallel over `threads` when there are several (each
 // search then single-threaded), so the results do not depend on the thread count.
 // `second_pass`: when a time-sweep search stops above good_enough, run the portfolio's
@@ -203,9 +207,13 @@ void run_leaf_jobs(std::vector<LeafJob>& jobs, int threads, uint64_t good_enough
       AllocSolveOptions second = options_for(j);  // the time left now, not at the first pass
       second.threads = search_threads;
       second.time_sweep = false;
-      // Bisect down to Tp or a proof, within the time limit (0 = no limit on probes), or at
-      // most extra["second_pass_probes"] probes.
+      // Probe Tp first, then bisect, at most kSecondPassProbesPerRound probes per node budget
+      // (a round at a small budget where every probe is cut by the limit bisected to the unit
+      // in vain: 13 probes on ViT-B/16 b1 before the next budget reached Tp at once), at most
+      // extra["second_pass_probes"] probes and kSecondPassNodes search nodes in all.
       second.max_probes = second_pass_probes > 0 ? second_pass_probes : 0;
+      second.probes_per_round = kSecondPassProbesPerRound;
+      second.probe_nodes_total = kSecondPassNodes;
       second.node_limit = std::max(o.node_limit, second_pass_nodes);
       const AllocMinimizeResult r2 = minimize_allocation(j.buffers, second, &r.offsets, good_enough);
       if (r2.height < r.height) r = r2;
