@@ -152,7 +152,9 @@ TEST(Minimize, ProbesPerRoundAndNodeTotalBoundTheWork) {
       nodes += q.nodes;
       if (++per_budget[q.node_limit] == 2) ++capped_rounds;
       EXPECT_LE(per_budget[q.node_limit], 2) << "instance " << it << " budget " << q.node_limit;
-      if (q.status == AllocStatus::kFeasible) EXPECT_LE(m.height, q.height);
+      if (q.status == AllocStatus::kFeasible) {
+        EXPECT_LE(m.height, q.height);
+      }
     }
   }
   EXPECT_GT(capped_rounds, 0);  // some round did use its two probes
