@@ -70,6 +70,22 @@ TEST(Minimize, ReturnsToTheLowestHeightWithLargerBudgets) {
   EXPECT_EQ(checked, 200);
 }
 
+// 20-40 buffers over 40 time steps, lifetimes 1-15, sizes 1-12 (no alignment).
+std::vector<AllocBuffer> random_buffers(std::mt19937_64& rng) {
+  const int n = 20 + static_cast<int>(rng() % 21);
+  return roamtest::random_tiny_buffers(rng, n, 40, 15, 12, false, 1);
+}
+
+// Node limits only (deterministic); the dives stop at once, so the probes do the work.
+AllocSolveOptions probe_options() {
+  AllocSolveOptions o;
+  o.time_limit_seconds = 0;
+  o.probe_node_start = 50;
+  o.node_limit = 3200;
+  o.dive_node_limit = 1;
+  return o;
+}
+
 // Property on random instances (20-40 buffers, no brute force needed for the invariant): for every
 // capacity minimize tried, a fit attempt at that capacity with the same node budget (what
 // `roam layout --capacity C --search-node-limit N` runs) gets the same outcome, and the result is
@@ -79,20 +95,8 @@ TEST(Minimize, NeverAboveTheFitsItTried) {
   std::mt19937_64 rng(1515);
   int probes = 0;
   for (int it = 0; it < 12; ++it) {
-    std::vector<AllocBuffer> b;
-    const int n = 20 + static_cast<int>(rng() % 21);
-    for (int i = 0; i < n; ++i) {
-      AllocBuffer x;
-      x.lower = static_cast<int64_t>(rng() % 40);
-      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 15);
-      x.size = 1 + rng() % 12;
-      b.push_back(x);
-    }
-    AllocSolveOptions o;
-    o.time_limit_seconds = 0;
-    o.probe_node_start = 50;
-    o.node_limit = 3200;
-    o.dive_node_limit = 1;
+    const std::vector<AllocBuffer> b = random_buffers(rng);
+    AllocSolveOptions o = probe_options();
     const AllocMinimizeResult m = minimize_allocation(b, o);
     ASSERT_TRUE(valid(b, m.offsets, m.height)) << "instance " << it;
     EXPECT_LE(m.lower_bound, m.proven_lower_bound);
@@ -116,27 +120,15 @@ TEST(Minimize, NeverAboveTheFitsItTried) {
 }
 
 // The second pass's work bounds (roam layout): at most probes_per_round probes at each node
-// budget, the first of every round at the target; no probe starts whose budget x heuristics
+// budget; no probe starts whose budget x heuristics
 // would take the probes' nodes above probe_nodes_total; never above a fit it tried, the proven
 // bound never above the height (random instances of 20-40 buffers).
 TEST(Minimize, ProbesPerRoundAndNodeTotalBoundTheWork) {
   std::mt19937_64 rng(2026);
   int capped_rounds = 0;
   for (int it = 0; it < 12; ++it) {
-    std::vector<AllocBuffer> b;
-    const int n = 20 + static_cast<int>(rng() % 21);
-    for (int i = 0; i < n; ++i) {
-      AllocBuffer x;
-      x.lower = static_cast<int64_t>(rng() % 40);
-      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 15);
-      x.size = 1 + rng() % 12;
-      b.push_back(x);
-    }
-    AllocSolveOptions o;
-    o.time_limit_seconds = 0;
-    o.probe_node_start = 50;
-    o.node_limit = 3200;
-    o.dive_node_limit = 1;
+    const std::vector<AllocBuffer> b = random_buffers(rng);
+    AllocSolveOptions o = probe_options();
     o.probes_per_round = 2;
     o.probe_nodes_total = it % 2 ? 0 : 20000;
     const AllocMinimizeResult m = minimize_allocation(b, o);

@@ -15,22 +15,6 @@ namespace {
 using roamtest::GraphJson;
 using json = nlohmann::json;
 
-// x (input) -> A -> a (1024 B); V: view av of a; B: a -> b; L: b -> l (graph output);
-// G1: l -> g1; G2: g1, av -> g2. A, V and B are recomputable.
-GraphJson alias_graph() {
-  GraphJson b("alias-remat");
-  b.tensor("x", 64, "input").tensor("a", 1024).tensor("av", 1024, "", "a").tensor("b", 64)
-      .tensor("l", 64).tensor("g1", 64).tensor("g2", 64);
-  b.op("A", {"x"}, {"a"}).op("V", {"a"}, {"av"}).op("B", {"a"}, {"b"}).op("L", {"b"}, {"l"})
-      .op("G1", {"l"}, {"g1"}, "backward").op("G2", {"g1", "av"}, {"g2"}, "backward").output("l");
-  for (json& op : b.doc["ops"]) {
-    const std::string id = op["id"];
-    op["recomputable"] = id == "A" || id == "V" || id == "B";
-    op["cost"] = id == "A" ? 0.5 : 0.25;
-  }
-  return b;
-}
-
 json plan_doc(const roam::Graph& g, const std::vector<std::string>& order, const json& offsets,
               const json& recompute, const json& stats) {
   json doc = {{"format", "roam-plan"}, {"version", 2},      {"graph", g.name},
@@ -62,7 +46,7 @@ json worked_offsets() {
 }
 
 TEST(PlanV2, AliasOfRecomputedTensorKeepsOldInstance) {
-  const roam::Graph g = alias_graph().parse();
+  const roam::Graph g = roamtest::alias_remat_graph().parse();
   const json doc = plan_doc(g, {"A", "V", "B", "L", "G1", "A", "G2"}, worked_offsets(),
                             {{"a", {1024}}}, worked_stats());
   const auto rep = roam::validate_plan(g, doc, "p.json");
@@ -87,7 +71,7 @@ TEST(PlanV2, RecomputedViewRebindsAlias) {
   // B at step 2); a1 lives from step 5 to G2 at step 7.
   //  0 A a0 1024; 1 V; 2 B a0 b 1088; 3 L b l 128 (a0 dead after B: last use step 2)
   //  4 G1 l g1 128; 5 A#1 l g1 a1 1152; 6 V#1 1152; 7 G2 l g1 a1 g2 1216. Tp 1216.
-  const roam::Graph g = alias_graph().parse();
+  const roam::Graph g = roamtest::alias_remat_graph().parse();
   json stats = worked_stats();
   stats["theoretical_peak_bytes"] = 1216;
   stats["arena_bytes"] = 1216;
@@ -105,7 +89,7 @@ TEST(PlanV2, RecomputedViewRebindsAlias) {
 }
 
 TEST(PlanV2, ScheduleRules) {
-  GraphJson b = alias_graph();
+  GraphJson b = roamtest::alias_remat_graph();
   b.doc["ops"][5]["after"] = {"B"};  // G2 after B: every appearance of B precedes G2
   const roam::Graph g = b.parse();
   auto problems = [&](const std::vector<std::string>& order) {
@@ -135,7 +119,7 @@ TEST(PlanV2, ScheduleRules) {
 }
 
 TEST(PlanV2, StatsBudgetAndBound) {
-  const roam::Graph g = alias_graph().parse();
+  const roam::Graph g = roamtest::alias_remat_graph().parse();
   // recompute_lower_bound: the largest op's inputs + outputs: B (a + b = 1088), G2 (g1 + a + g2
   // = 1152), graph outputs l = 64 -> 1152.
   EXPECT_EQ(roam::recompute_lower_bound(g, 64), 1152u);
@@ -159,7 +143,7 @@ TEST(PlanV2, StatsBudgetAndBound) {
 }
 
 TEST(PlanV2, WorkspaceOffsetsPerAppearance) {
-  GraphJson b = alias_graph();
+  GraphJson b = roamtest::alias_remat_graph();
   b.doc["ops"][0]["workspace"] = 128;  // A's scratch: live at A's steps only
   const roam::Graph g = b.parse();
   ASSERT_EQ(g.num_storages(), g.num_tensor_storages + 1);
@@ -192,7 +176,7 @@ json random_remat_graph(uint64_t seed, int ops) {
 }
 
 TEST(GraphRemat, BudgetAtOrAboveNoRematPeakGivesVersion1) {
-  const roam::Graph g = alias_graph().parse();
+  const roam::Graph g = roamtest::alias_remat_graph().parse();
   const roam::PlanRequest req;
   const roam::PlanResult base = roam::make_plan(g, req);
   const roam::PlanResult r = roam::plan_with_budget(g, req, base.plan.stats.peak_bytes);
@@ -203,7 +187,7 @@ TEST(GraphRemat, BudgetAtOrAboveNoRematPeakGivesVersion1) {
 }
 
 TEST(GraphRemat, BelowTheBoundIsInfeasibleWithBothFigures) {
-  const roam::Graph g = alias_graph().parse();
+  const roam::Graph g = roamtest::alias_remat_graph().parse();
   try {
     roam::plan_with_budget(g, roam::PlanRequest{}, 100);
     FAIL() << "budget 100 B met";

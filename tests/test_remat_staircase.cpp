@@ -71,17 +71,7 @@ TEST(SpanKeptBytes, ChainWorkedByHand) {
 
 // x -> A -> a (1024 B); V: view av of a; B: a -> b; L: b -> l (output); G2 reads av.
 TEST(SpanKeptBytes, ViewReadByBackwardHoldsItsBase) {
-  GraphJson b("stair-view");
-  b.tensor("x", 64, "input").tensor("a", 1024).tensor("av", 1024, "", "a").tensor("b", 64)
-      .tensor("l", 64).tensor("g1", 64).tensor("g2", 64);
-  b.op("A", {"x"}, {"a"}).op("V", {"a"}, {"av"}).op("B", {"a"}, {"b"}).op("L", {"b"}, {"l"})
-      .op("G1", {"l"}, {"g1"}, "backward").op("G2", {"g1", "av"}, {"g2"}, "backward").output("l");
-  for (json& op : b.doc["ops"]) {
-    const std::string id = op["id"];
-    op["recomputable"] = id == "A" || id == "V" || id == "B";
-    op["cost"] = 0.25;
-  }
-  const roam::Graph g = b.parse();
+  const roam::Graph g = roamtest::alias_remat_graph().parse();  // held bytes: costs play no part
   const roam::remat_internal::Structure st = roam::remat_internal::analyse(g);
   auto kept = [&](const std::vector<std::string>& clones) {
     return roam::remat_internal::span_kept_bytes(g, st, 0, 4, mask(g, clones), 64);

@@ -255,15 +255,8 @@ TEST(ExactSolver, EqualsBruteForceOnRandomInstances) {
 TEST(ExactSolver, ValidAndDeterministicAcrossThreads) {
   std::mt19937_64 rng(77);
   for (int it = 0; it < 20; ++it) {
-    std::vector<AllocBuffer> b;
     const int n = 20 + static_cast<int>(rng() % 40);
-    for (int i = 0; i < n; ++i) {
-      AllocBuffer x;
-      x.lower = static_cast<int64_t>(rng() % 50);
-      x.upper = x.lower + 1 + static_cast<int64_t>(rng() % 20);
-      x.size = 1 + rng() % 16;
-      b.push_back(x);
-    }
+    const std::vector<AllocBuffer> b = roamtest::random_tiny_buffers(rng, n, 50, 20, 16, false, 1);
     const uint64_t lb = live_size_lower_bound(b);
     AllocSolveOptions o;
     o.node_limit = 20000;

@@ -716,6 +716,22 @@ inline uint64_t brute_min_height(const std::vector<roam::AllocBuffer>& b) {
   return best;
 }
 
+// x (input) -> A -> a (1024 B); V: view av of a; B: a -> b; L: b -> l (graph output);
+// G1: l -> g1; G2: g1, av -> g2. A, V and B are recomputable.
+inline GraphJson alias_remat_graph() {
+  GraphJson b("alias-remat");
+  b.tensor("x", 64, "input").tensor("a", 1024).tensor("av", 1024, "", "a").tensor("b", 64)
+      .tensor("l", 64).tensor("g1", 64).tensor("g2", 64);
+  b.op("A", {"x"}, {"a"}).op("V", {"a"}, {"av"}).op("B", {"a"}, {"b"}).op("L", {"b"}, {"l"})
+      .op("G1", {"l"}, {"g1"}, "backward").op("G2", {"g1", "av"}, {"g2"}, "backward").output("l");
+  for (nlohmann::json& op : b.doc["ops"]) {
+    const std::string id = op["id"];
+    op["recomputable"] = id == "A" || id == "V" || id == "B";
+    op["cost"] = id == "A" ? 0.5 : 0.25;
+  }
+  return b;
+}
+
 // n tiny random buffers for brute-force checks: lower in [0, max_lower), lifetime 1..max_len
 // steps, size 1..max_size, alignment 1..max_align when `aligned` (else 1). Drawn in that order.
 inline std::vector<roam::AllocBuffer> random_tiny_buffers(std::mt19937_64& rng, int n,

@@ -104,3 +104,18 @@ def storage_ptr(t):
 
 def roam_binary():
     return os.environ.get("ROAM_BIN", os.path.join(REPO_ROOT, "build", "roam"))
+
+
+def eager_step(model, opt, loss_fn, batch):
+    """One ordinary PyTorch training step on ``batch = (inputs, labels)``; returns the loss."""
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(batch[0]), batch[1])
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def same_params(a, b):
+    """Every parameter of module ``a`` equal, bit for bit, to ``b``'s (in order)."""
+    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import eager_step, same_params
+
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(PYTHON_DIR)
 if PYTHON_DIR not in sys.path:
@@ -176,13 +178,6 @@ def make(family, opt="adam", seed=0, warm=True):
     return model, o, loss_fn, batch
 
 
-def eager_step(model, opt, loss_fn, batch):
-    opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(batch[0]), batch[1])
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
 def rel_diff(a, b):
@@ -194,9 +189,6 @@ def rel_diff(a, b):
     return worst
 
 
-def same_params(a, b):
-    return all(torch.equal(p, q) for (_, p), (_, q) in zip(a.named_parameters(),
-                                                          b.named_parameters()))
 
 
 def same_state(o1, o2, m1, m2):

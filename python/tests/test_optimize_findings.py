@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import eager_step, same_params
+
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(PYTHON_DIR)
 if PYTHON_DIR not in sys.path:
@@ -37,17 +39,8 @@ from roam.run import measured  # noqa: E402
 MiB = 1 << 20
 
 
-def eager_step(model, opt, batch):
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(batch[0]), batch[1])
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
-def same_params(a, b):
-    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
 # ---------------------------------------------------------------- 1. a plan made by the CLI
@@ -60,7 +53,7 @@ def gelu_mlp():
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(64, 16, generator=g), torch.randint(0, 5, (64,), generator=g))
                for _ in range(3)]
-    eager_step(model, opt, batches[0])  # steady state: the optimizer state exists
+    eager_step(model, opt, F.cross_entropy, batches[0])  # steady state: the optimizer state exists
     return model, opt, batches
 
 
@@ -194,7 +187,7 @@ def test_first_step_estimate_counts_the_whole_state_at_the_peak():
     below = step.tp_program - step.eager_peak_bytes
     assert 0 <= below
 
-    le, eager_first = measured(lambda: eager_step(eag_m, eag_o, batches[1]))
+    le, eager_first = measured(lambda: eager_step(eag_m, eag_o, F.cross_entropy, batches[1]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loss = step(*batches[1])
@@ -262,7 +255,7 @@ def test_first_step_neither_fits_one_warning_with_both_numbers():
 
 def test_other_shape_names_the_input_and_is_counted():
     model, opt, batches = two_layers()
-    eager_step(model, opt, batches[0])  # steady state
+    eager_step(model, opt, F.cross_entropy, batches[0])  # steady state
     eag_m, eag_o = copy.deepcopy((model, opt))
     step = optimize(model, opt, F.cross_entropy, batches[0])
     g = torch.Generator().manual_seed(9)
@@ -271,7 +264,7 @@ def test_other_shape_names_the_input_and_is_counted():
     with pytest.warns(UserWarning) as w:
         for b in (small, small, batches[1]):
             loss = step(*b)
-            assert torch.equal(loss, eager_step(eag_m, eag_o, b))
+            assert torch.equal(loss, eager_step(eag_m, eag_o, F.cross_entropy, b))
     assert len(w) == 1 and want in str(w[0].message)
     assert [r.mode for r in step.reports] == ["eager", "eager", "planned"]
     assert step.reports[0].reason == want

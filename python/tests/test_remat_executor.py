@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import eager_step, same_params
+
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PYTHON_DIR not in sys.path:
     sys.path.insert(0, PYTHON_DIR)
@@ -111,21 +113,12 @@ def make(family, seed=0):
     torch.manual_seed(seed)
     model = cls()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    eager_step(model, opt, batch(0))  # steady state: the optimizer state exists
+    eager_step(model, opt, F.cross_entropy, batch(0))  # steady state: the optimizer state exists
     return model, opt, batch
 
 
-def eager_step(model, opt, batch):
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(batch[0]), batch[1])
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
-def same_params(a, b):
-    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
 def same_state(o1, o2, m1, m2):
@@ -182,7 +175,7 @@ def test_budget_plan_recomputes_and_is_bit_identical(family):
         torch.manual_seed(50 + i)
         lr = step.reference_step(*b, model=ref_m, optimizer=ref_o)
         torch.manual_seed(50 + i)
-        le = eager_step(eag_m, eag_o, b)
+        le = eager_step(eag_m, eag_o, F.cross_entropy, b)
         torch.manual_seed(50 + i)
         loss = step(*b)
         rep = step.last_report
