@@ -184,8 +184,9 @@ constexpr int64_t kSecondPassNodes = 2'000'000;
 
 // Solves every job that needs it; in parallel over `threads` when there are several (each
 // search then single-threaded), so the results do not depend on the thread count.
-// `second_pass`: when a time-sweep search stops above good_enough, run the portfolio's
-// most-constrained-cell mode from its result with every probe and at least that many nodes.
+// `second_pass_nodes`: when a time-sweep search stops above good_enough, run the portfolio's
+// most-constrained-cell mode from its result with at least that many nodes per search, within
+// `second_pass_probes` probes (<= 0: no limit) and the per-round and node bounds above.
 void run_leaf_jobs(std::vector<LeafJob>& jobs, int threads, uint64_t good_enough,
                    const std::function<AllocSolveOptions(const LeafJob&)>& options_for,
                    int64_t second_pass_nodes = 0, int second_pass_probes = -1) {
@@ -276,9 +277,9 @@ int64_t leaf_node_limit(const PlanOptions& options) {
 
 // extra["second_pass_probes"]: probes of the second leaf pass; kDefaultSecondPassProbes when
 // unset. Bounded by work, not by the clock, so that the default plan is deterministic and
-// quick: ViT-B/16 b1 reaches Tp within 20 probes (12 leave it 0.70% above), while swin_t b2
-// (4008 ops), whose leaves never reach Tp, spent 54 s of bisection without the bound (the whole
-// default time limit) for no gain over the baselines.
+// quick: swin_t b2 (4008 ops), whose leaves never reach Tp, spent 54 s of bisection without a
+// bound (the whole default time limit) for no gain over the baselines; with 4 probes per node
+// budget (kSecondPassProbesPerRound) ViT-B/16 b1 reaches Tp at its fifth probe.
 constexpr int kDefaultSecondPassProbes = 20;
 int second_pass_probes(const PlanOptions& options) {
   const auto it = options.extra.find("second_pass_probes");
