@@ -94,6 +94,39 @@ def test_paired_ratio_and_target_lines_by_hand():
     assert "NOT met at its step time" in lines[1]
 
 
+def test_budget_is_the_table_peak_and_in_between_budgets_by_hand():
+    mib = 1 << 20
+    res = 100 * mib
+    d = {"resident_bytes": res, "rows": [
+        {"row": "eager", "times": [1, 1.0, 1.0, 1.0], "peak_bytes": 10 * mib},
+        {"row": "ckpt 2", "times": [1, 1.2, 1.2, 1.2], "peak_bytes": 8 * mib},
+        {"row": "ckpt 4", "times": [1, 1.3, 1.3, 1.3], "peak_bytes": 6 * mib},
+        {"row": "roam", "times": [1, 1.1, 1.1, 1.1], "peak_bytes": 7 * mib},
+        {"row": "roam @ ckpt 2", "budget_bytes": res + 8 * mib,
+         "times": [1, 1.1, 1.1, 1.1], "peak_bytes": 7 * mib},
+        {"row": "roam @ ckpt 4", "budget_bytes": res + 6 * mib - 1,
+         "times": [1, 1.1, 1.1, 1.1], "peak_bytes": 6 * mib - 64},
+        {"row": "roam @ smallest", "budget_bytes": res + 4 * mib,
+         "times": [1, 1.5, 1.5, 1.5], "peak_bytes": 4 * mib},
+        {"row": "roam @ 1/2", "budget_bytes": res + 5 * mib,
+         "times": [1, 1.3, 1.3, 1.3], "peak_bytes": 5 * mib},
+    ]}
+    lines = BENCH.verdicts(d)
+    # ckpt 2: +20% vs eager; the budget given is 8 MiB = its peak
+    assert lines[0].startswith("- ckpt 2 (8.00 MiB, +20.0% vs eager): budget = its peak exactly")
+    # ckpt 4: a budget one byte under its peak is reported as such
+    assert f"budget {6 * mib - 1} B < its peak {6 * mib} B" in lines[1]
+    # at ckpt 4's time (1.3): roam @ 1/2 is as fast (1.3 / 1.3 - 1 = 0) with 5 MiB, the lowest
+    # among runs not slower (smallest is +15.4%); roam @ ckpt 4 is -15.4% at 6 MiB - 64 B
+    assert "roam at its peak FASTER (-15.4% step time, 6.00 MiB)" in lines[1]
+    assert "lowest peak is 5.00 MiB (roam @ 1/2, +0.0%): LOWER" in lines[1]
+    # smallest 10, top 20: 12 (1/4), 15 (1/2), 17 (3/4, floor of 17.5)
+    assert BENCH.between_budgets(10, 20) == [(1, 4, 12), (1, 2, 15), (3, 4, 17)]
+    # 1/4 of 3 bytes is 0: not strictly above smallest, left out; none when top <= smallest
+    assert BENCH.between_budgets(10, 13) == [(1, 2, 11), (3, 4, 12)]
+    assert BENCH.between_budgets(10, 10) == []
+
+
 def test_executor_ab_table_by_hand(tmp_path):
     import json
     loader = SourceFileLoader("executor_ab", os.path.join(REPO_ROOT, "bench", "executor_ab"))
