@@ -356,15 +356,53 @@ def test_other_optimizers_and_lr_changes(opt):
 
 
 def test_rng_order_edges_chain_dropouts():
+    """The attention model's dropouts are ordered by their data flow already (each mask's
+    new_zeros reads the activation it masks): no edge is needed, and the plan draws them in
+    program order."""
     model, o, loss_fn, batch = make("attention")
     step = optimize(model, o, loss_fn, batch(1))
     rand = [op["id"] for op in step.captured.graph["ops"]
             if "bernoulli" in op["target"] or "dropout" in op["target"]]
     assert len(rand) >= 2
     g = copy.deepcopy(step.captured.graph)
-    assert add_rng_order_edges(g) == len(rand) - 1
+    assert add_rng_order_edges(g) == 0
     pos = {oid: k for k, oid in enumerate(step.plan["order"])}
     assert [pos[r] for r in rand] == sorted(pos[r] for r in rand)
+
+
+def _rng_graph(ops):
+    """A graph dict of (id, target, inputs, outputs[, after]) tuples (sizes do not matter)."""
+    tensors = {t for op in ops for t in op[2] + op[3]}
+    return {"tensors": [{"id": t, "size": 4} for t in sorted(tensors)],
+            "ops": [dict(id=op[0], target=op[1], inputs=list(op[2]), outputs=list(op[3]),
+                         **({"after": list(op[4])} if len(op) > 4 else {})) for op in ops]}
+
+
+@pytest.mark.parametrize("ops,edges", [
+    # a mask drawn from the previous one's result: ordered by the data flow
+    ([("n0", "aten.rand.default", [], ["t0"]), ("n1", "aten.relu.default", ["t0"], ["t1"]),
+      ("n2", "aten.bernoulli.p", ["t1"], ["t2"])], {}),
+    # two draws on parallel branches: the second waits for the first
+    ([("n0", "aten.rand.default", [], ["t0"]), ("n1", "aten.rand.default", [], ["t1"]),
+      ("n2", "aten.add.Tensor", ["t0", "t1"], ["t2"])], {"n1": ["n0"]}),
+    # ordered through an existing after edge
+    ([("n0", "aten.rand.default", [], ["t0"]), ("n1", "aten.mm.default", ["x"], ["t1"], ["n0"]),
+      ("n2", "aten.bernoulli.p", ["t1"], ["t2"])], {"n1": ["n0"]}),
+    # the second reads only what existed before the first: an edge; the third follows the
+    # second through data
+    ([("n0", "aten.relu.default", ["x"], ["t0"]), ("n1", "aten.bernoulli.p", ["x"], ["t1"]),
+      ("n2", "aten.bernoulli.p", ["t0"], ["t2"]), ("n3", "aten.mul.Tensor", ["t2"], ["t3"]),
+      ("n4", "aten.bernoulli.p", ["t3"], ["t4"])], {"n2": ["n1"]}),
+])
+def test_rng_order_edges_only_where_the_data_flow_does_not_order(ops, edges):
+    g = _rng_graph(ops)
+    before = {op["id"]: list(op.get("after", [])) for op in g["ops"]}
+    added = add_rng_order_edges(g)
+    got = {op["id"]: op.get("after", []) for op in g["ops"] if op.get("after")}
+    want = {k: before.get(k, []) + [v for v in edges.get(k, []) if v not in before.get(k, [])]
+            for k in set(edges) | {k for k, v in before.items() if v}}
+    assert got == {k: v for k, v in want.items() if v}
+    assert added == sum(len(v) for v in got.values()) - sum(len(v) for v in before.values())
 
 
 # ---------------------------------------------------------------- wrong plans

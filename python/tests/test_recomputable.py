@@ -197,20 +197,33 @@ class DropoutNet(nn.Module):
 
 
 @pytest.mark.parametrize("fake", [False, True])
-def test_dropout_is_not_recomputable(fake):
+def test_dropout_mask_is_recomputable(fake):
     torch.manual_seed(0)
     g = _capture(DropoutNet(), _vector_batch(), fake=fake)
     _check_common(g)
-    # nn.Dropout on the CPU: empty_like (unspecified contents), bernoulli_ (random, in
-    # place), div_ (in place), then mul by the mask, which is deterministic given the mask
+    # nn.Dropout on the CPU is empty_like, bernoulli_ (random, in place), div_ (in place) and
+    # mul; the capture draws the mask out of place (functional_dropout_masks): every op of it
+    # is recomputable, the random one because the executor replays its generator state
     fwd = [(op["target"], op["recomputable"]) for op in g.ops
            if op.get("module") == "drop" and op["phase"] == "forward"]
-    assert fwd == [("aten.empty_like.default", False), ("aten.bernoulli_.float", False),
-                   ("aten.div_.Scalar", False), ("aten.mul.Tensor", True)]
-    (drop,) = _ops(g, "aten.native_dropout.default")
-    assert drop["recomputable"] is False and drop["module"] == "ndrop"
-    counts = g.meta["capture"]["recomputable"]["not_recomputable"]
-    assert counts["random"] == 2 and counts["uninitialized"] == 1
+    assert fwd == [("aten.new_zeros.default", True), ("aten.expand.default", True),
+                   ("aten.bernoulli.p", True), ("aten.div.Scalar", True),
+                   ("aten.mul.Tensor", True)]
+    assert any(n.startswith("1 dropout masks drawn out of place") for n in
+               g.graph["meta"]["capture"]["notes"])
+    # the 4-byte zero that gives the mask its dtype, its expanded view (no bytes of its own),
+    # then the mask's bytes: batch 4 x 8 features, float32
+    by_id = {t["id"]: t for t in g.graph["tensors"]}
+    outs = [by_id[op["outputs"][0]] for op in g.ops
+            if op.get("module") == "drop" and op["phase"] == "forward"]
+    assert outs[0]["size"] == 4 and "alias_of" not in outs[0]
+    assert outs[1]["alias_of"] == outs[0]["id"]
+    assert [t["size"] for t in outs[2:]] == [4 * 8 * 4] * 3
+    assert not any("alias_of" in t for t in outs[2:])
+    (drop,) = _ops(g, "aten.native_dropout.default")  # out of place, default generator
+    assert drop["recomputable"] is True and drop["module"] == "ndrop"
+    counts = g.graph["meta"]["capture"]["recomputable"]["not_recomputable"]
+    assert counts["random"] == 0 and counts["uninitialized"] == 0
     # the backward of each is a deterministic product with the saved mask
     (back,) = _ops(g, "aten.native_dropout_backward.default")
     assert back["recomputable"] is True and back["module"] == "ndrop"
@@ -218,6 +231,63 @@ def test_dropout_is_not_recomputable(fake):
             if op.get("module") == "drop" and op["phase"] == "backward"] == [True]
     # F.relu called in the root's forward: no module
     assert _modules(g, "aten.relu.default") == [None]
+
+
+def _dropout_twice(x):
+    return F.dropout(x, 0.3, True) * 2 + F.dropout(x.t(), 0.5, True).t()
+
+
+@pytest.mark.parametrize("shape,permute", [((5, 7), False), ((6, 4), True), ((33, 65), False)])
+def test_functional_dropout_masks_draw_the_same_bits(shape, permute):
+    """The rewritten graph gives the bits of the traced one (same seed) and leaves the
+    generator where the traced one leaves it; a transposed input (non-contiguous) too."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from roam.capture.trace import functional_dropout_masks
+    x = torch.randn(*shape)
+    if permute:
+        x = x.t()
+    gm = make_fx(_dropout_twice)(x)
+    ref_targets = [n.target for n in gm.graph.nodes]
+    assert ref_targets.count(aten.bernoulli_.float) == 2
+    results = []
+    for rewrite in (False, True):
+        g = make_fx(_dropout_twice)(x)
+        if rewrite:
+            assert functional_dropout_masks(g) == 2
+            targets = [n.target for n in g.graph.nodes]
+            assert aten.bernoulli_.float not in targets and aten.empty_like.default not in targets
+            assert targets.count(aten.bernoulli.p) == 2
+        torch.manual_seed(11)
+        y = g(x)
+        results.append((y, torch.rand(3)))
+    (y0, r0), (y1, r1) = results
+    assert torch.equal(y0, y1) and torch.equal(r0, r1)
+    assert torch.equal(y0, (torch.manual_seed(11), _dropout_twice(x))[1])
+
+
+def test_functional_dropout_masks_leave_other_patterns_alone():
+    """A mask whose ``empty_like`` keeps a non-contiguous layout, a mask read before its
+    ``div_`` (the bits or the values read could differ), or one multiplied in place (the
+    program order's peak would rise): not rewritten. (A ``bernoulli_``
+    with a generator of its own is skipped too, but make_fx cannot trace a Generator.)"""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from roam.capture.trace import functional_dropout_masks
+    x = torch.randn(6, 4).t()
+
+    def preserve(x):
+        return x * torch.empty_like(x).bernoulli_(0.5).div_(0.5)
+
+    def read_early(x):
+        m = torch.empty_like(x, memory_format=torch.contiguous_format).bernoulli_(0.5)
+        s = m.sum()
+        return x * m.div_(0.5) + s
+
+    def in_place(x):  # nn.Dropout(inplace=True)
+        return F.dropout(x.clone(), 0.5, True, inplace=True)
+
+    for f in (preserve, read_early, in_place):
+        g = make_fx(f)(x)
+        assert functional_dropout_masks(g) == 0, f.__name__
 
 
 def test_fake_and_real_captures_agree_on_both_fields():
@@ -300,15 +370,17 @@ def test_module_paths_nested_and_ambiguous():
     (aten.addcdiv_.default, ["t0"], [True], "writes"),
     (aten.native_batch_norm.default, ["t3", "t4"], [], "writes"),
     (aten.native_batch_norm.default, [], [], None),
-    (aten.native_dropout.default, [], [], "random"),
-    (aten.bernoulli.p, [], [], "random"),
-    (aten.bernoulli_.float, ["t2"], [False], "random"),  # random first
-    (aten.rand.default, [], [], "random"),
-    (aten.randn_like.default, [], [], "random"),
-    (aten.randint.low, [], [], "random"),
-    (aten.normal.Tensor_float, [], [], "random"),
-    (aten.multinomial.default, [], [], "random"),
-    (aten.randperm.default, [], [], "random"),
+    # out of place, default generator: the executor replays its state
+    (aten.native_dropout.default, [], [], None),
+    (aten.bernoulli.p, [], [], None),
+    (aten.rand.default, [], [], None),
+    (aten.randn_like.default, [], [], None),
+    (aten.randint.low, [], [], None),
+    (aten.normal.Tensor_float, [], [], None),
+    (aten.multinomial.default, [], [], None),
+    (aten.randperm.default, [], [], None),
+    (aten.bernoulli_.float, ["t2"], [False], "random"),  # in place: random first
+    (aten.uniform_.default, [], [False], "random"),     # the schema says it writes
     (aten.empty.memory_format, [], [], "uninitialized"),
     (aten.empty_like.default, [], [], "uninitialized"),
     (aten.native_dropout_backward.default, [], [], None),
@@ -316,6 +388,13 @@ def test_module_paths_nested_and_ambiguous():
 ])
 def test_recompute_blocker(op, written, resident, expected):
     assert recompute_blocker(op, written, resident) == expected
+
+
+@pytest.mark.parametrize("op", [aten.bernoulli.p, aten.rand.generator, aten.randn_like.default])
+def test_random_op_with_its_own_generator_is_not_recomputable(op):
+    # the executor replays the default generator only
+    assert recompute_blocker(op, [], [], explicit_generator=True) == "random"
+    assert recompute_blocker(aten.mm.default, [], [], explicit_generator=True) is None
 
 
 def test_schema_helpers():

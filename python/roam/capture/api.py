@@ -125,6 +125,11 @@ def _notes(traced: TracedStep, built, cost_note: str, state: TrainingState) -> L
         notes.append(f"{traced.removed_detach} aten.detach nodes of the trace (the identity "
                      f"in a step run under no_grad; autograd's internal detaches are recorded "
                      f"only on fake tensors) were removed; their users read the argument")
+    if traced.functional_dropouts:
+        notes.append(f"{traced.functional_dropouts} dropout masks drawn out of place "
+                     f"(empty_like, bernoulli_, div_ -> new_zeros, expand, bernoulli.p, div: "
+                     f"the same bits, roam.capture.trace.functional_dropout_masks) so that "
+                     f"they are recomputable")
     if traced.fallbacks:
         notes.append("operators without a meta kernel run through FakeTensorMode's "
                      "real-kernel fallback: " + ", ".join(

@@ -185,20 +185,24 @@ def schema_mutates(schema) -> bool:
 RECOMPUTE_BLOCKERS = ("random", "writes", "aliases_resident", "uninitialized")
 
 
-def recompute_blocker(target, written: Sequence[str], output_roots_resident: Sequence[bool]
-                      ) -> Optional[str]:
+def recompute_blocker(target, written: Sequence[str], output_roots_resident: Sequence[bool],
+                      explicit_generator: bool = False) -> Optional[str]:
     """Why the op cannot be recomputed, or None when it is ``recomputable``.
 
     GRAPH_FORMAT.md: an op is recomputable when running it again later on the same input
-    values gives bit-identical outputs and changes nothing else. The rules, in order (the
-    first that applies is returned):
+    values gives bit-identical outputs and changes nothing else; a random operator only where
+    the executor restores the generator state it drew from. The rules, in order (the first
+    that applies is returned):
 
-    * ``"random"``: :func:`is_random_op` (dropout, ``bernoulli``, ``rand*``, ...): running it
-      again draws other numbers unless the executor restores the generator state, which it
-      does not yet. In-place random ops such as ``bernoulli_`` (which write too) count
-      here. On the CPU, PyTorch 1.13 runs ``F.dropout`` as ``empty_like`` (uninitialized),
-      ``bernoulli_`` (random), ``div_`` (writes) and ``mul`` by the mask: that ``mul`` is
-      deterministic given the mask it reads, hence recomputable.
+    * ``"random"``: :func:`is_random_op` (dropout, ``bernoulli``, ``rand*``, ...) that writes
+      (``bernoulli_``, ``uniform_``: in place, random first) or is given a generator of its
+      own (``explicit_generator``). An out-of-place random op that draws from the default
+      CPU generator is recomputable: roam's executor saves the generator state before its
+      first run and replays it for every recomputation (as ``torch.utils.checkpoint`` does
+      with ``preserve_rng_state``; :mod:`roam.executor.program`). On the CPU, PyTorch 1.13
+      runs ``F.dropout`` as ``empty_like``, ``bernoulli_`` (random, in place), ``div_`` and
+      ``mul``; the capture rewrites the first three out of place
+      (:func:`roam.capture.trace.functional_dropout_masks`), so the mask is recomputable.
     * ``"writes"``: the op writes an argument's storage. From the schema
       (:func:`schema_mutates`: ``is_mutable`` / an argument alias annotated with a write --
       every ``_``-suffixed in-place overload and every ``out=`` overload), from the
@@ -220,15 +224,27 @@ def recompute_blocker(target, written: Sequence[str], output_roots_resident: Seq
     """
     schema = target._schema
     inplace_name = schema.name.endswith("_") and not schema.name.endswith("__")
-    if is_random_op(target):
+    writes = bool(written) or schema_mutates(schema) or inplace_name
+    if is_random_op(target) and (writes or explicit_generator):
         return "random"
-    if written or schema_mutates(schema) or inplace_name:
+    if writes:
         return "writes"
     if any(output_roots_resident):
         return "aliases_resident"
     if _base_name(schema) in UNINITIALIZED_OPS:
         return "uninitialized"
     return None
+
+
+def passes_generator(schema, node: torch.fx.Node) -> bool:
+    """True when ``node`` gives its operator a ``Generator`` argument that is not None."""
+    for j, a in enumerate(schema.arguments):
+        if "Generator" not in str(a.type):
+            continue
+        v = node.args[j] if j < len(node.args) else node.kwargs.get(a.name)
+        if v is not None:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- schema alias sets
@@ -562,7 +578,8 @@ class GraphBuilder(torch.fx.Interpreter):
         blocker = recompute_blocker(
             target, written,
             ["role" in self._by_id(self._root[t]) for t in out_ids
-             if "alias_of" in self._by_id(t)])
+             if "alias_of" in self._by_id(t)],
+            explicit_generator=passes_generator(target._schema, n))
         rec = {"id": oid, "target": str(target), "phase": phase, "inputs": inputs,
                "outputs": out_ids, "cost": cost, "recomputable": blocker is None}
         if blocker is not None:

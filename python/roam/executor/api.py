@@ -31,8 +31,9 @@ ones (another batch shape, no optimizer state yet) run an ordinary eager step. E
 allocation is checked against the live blocks, so two live tensors never share bytes.
 
 Determinism: random operators (dropout) must consume the generator in program order for the
-step to equal eager PyTorch; :func:`add_rng_order_edges` chains them with ``after`` edges in the
-graph that is planned.
+step to equal eager PyTorch; :func:`add_rng_order_edges` orders them with ``after`` edges in the
+graph that is planned where the data flow does not already order them, and a random op that the
+plan recomputes replays the generator state of its first run.
 """
 
 import contextlib
@@ -86,21 +87,56 @@ def eager_kernels_while_tracing():
 
 
 def add_rng_order_edges(graph: Dict[str, Any]) -> int:
-    """Chain the random operators of ``graph`` (tag ``nondeterministic_seeded``: dropout's
-    ``bernoulli_``, ``rand``, ...) with ``after`` edges in program order, in place, so that any
-    valid order draws from the generator in eager PyTorch's sequence. Returns the number of
-    edges added."""
+    """Order the random operators of ``graph`` (tag ``nondeterministic_seeded``: dropout's
+    mask, ``rand``, ...) in program order, in place, so that any valid order draws from the
+    generator in eager PyTorch's sequence. Returns the number of ``after`` edges added.
+
+    An edge from each random op to the next one is added only where the data flow (inputs and
+    existing ``after`` edges, transitively) does not already put the first after the second:
+    GRAPH_FORMAT.md makes an ``after`` edge hold for every appearance, so an edge would also
+    forbid recomputing the earlier op after the later one's first run, which the generator
+    replay of :mod:`roam.executor.program` makes exact. A chain of layers with a dropout in
+    each needs no edge. The reachability test walks back from the later op through ops
+    between the two in program order only (program order is topological): linear in the
+    ops between consecutive random ops."""
+    ops = graph["ops"]
+    index = {op["id"]: i for i, op in enumerate(ops)}
+    producer: Dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for t in op["outputs"]:
+            producer[t] = i
+
+    def preds(i: int):
+        for t in ops[i]["inputs"]:
+            if t in producer:
+                yield producer[t]
+        for v in ops[i].get("after", ()):
+            if v in index:
+                yield index[v]
+
+    def reaches(src: int, dst: int) -> bool:
+        seen = {dst}
+        stack = [dst]
+        while stack:
+            for p in preds(stack.pop()):
+                if p == src:
+                    return True
+                if p > src and p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return False
+
     prev = None
     added = 0
-    for op in graph["ops"]:
+    for i, op in enumerate(ops):
         if not _is_random(op["target"]):
             continue
-        if prev is not None:
+        if prev is not None and not reaches(prev, i):
             after = op.setdefault("after", [])
-            if prev not in after:
-                after.append(prev)
+            if ops[prev]["id"] not in after:
+                after.append(ops[prev]["id"])
                 added += 1
-        prev = op["id"]
+        prev = i
     return added
 
 
