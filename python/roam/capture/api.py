@@ -357,8 +357,10 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
         "rule": "roam.capture.export.recompute_blocker: not recomputable when the op writes "
                 "an argument (schema is_mutable / write alias, version counter, hidden "
                 "writes such as BatchNorm running statistics, optimizer update), an output "
-                "aliases a resident tensor, the op is random (generator state is not "
-                "restored) or its result is uninitialised (empty*); otherwise recomputable"}
+                "aliases a resident tensor, the op is random and writes or draws from a "
+                "generator of its own (the executor replays the default CPU generator's state "
+                "for a recomputed random op) or its result is uninitialised (empty*); "
+                "otherwise recomputable"}
     full_meta["capture"]["module"] = {
         "ops": sum(1 for op in built.ops if "module" in op),
         "rule": "roam.capture.trace.ModuleTracker: forward ops get the innermost submodule "
