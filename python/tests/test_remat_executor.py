@@ -169,6 +169,12 @@ def test_budget_plan_recomputes_and_is_bit_identical(family):
     assert plan["stats"]["resident_bytes"] + plan["stats"]["arena_bytes"] <= smallest
     n = recount_recomputations(plan["order"])
     assert n > 0 and plan["stats"]["recomputations"] == n == step.program.recomputations
+    if family == "mlp_gelu_dropout":  # dropout masks are redrawn, replaying their generator
+        target = {op["id"]: op["target"] for op in probe.graph["ops"]}
+        redrawn = [o for o in set(plan["order"]) if plan["order"].count(o) > 1
+                   and target[o] == "aten.bernoulli.p"]
+        assert redrawn and all(st.rng == "replay" for st in step.program.steps
+                               if st.op_id in redrawn and st.appearance > 0)
     assert sum(len(v) for v in plan["recompute_offsets"].values()) > 0
     for i in range(3):
         b = batch(2 + i)
