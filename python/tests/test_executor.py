@@ -284,8 +284,18 @@ def test_never_above_the_eager_loop(family):
 
 def test_workspaces_on_the_heap_only():
     """workspaces="heap": every unplanned allocation goes to the fallback heap; the plan
-    still holds and the step is still exact."""
-    step, (m, o), (rm, ro), _, losses = run_three("conv_bn", steps=2, workspaces="heap")
+    still holds and the step is still exact. The planned trial step on copies sees that it
+    would hold more than eager and runs the program order from the first step; with the
+    trial skipped (trust_plan) the first planned step says so and the later ones run the
+    program order."""
+    step, _, _, _, losses = run_three("conv_bn", steps=2, workspaces="heap")
+    assert [r.mode for r in step.reports] == ["program", "program"]
+    assert step.trial_total_bytes > step.eager_peak_bytes
+    assert "a planned trial step on copies measured" in step.reports[0].reason
+    assert all(torch.equal(l, lr) for l, lr, _ in losses)
+    step, (m, o), (rm, ro), _, losses = run_three("conv_bn", steps=2, workspaces="heap",
+                                                  trust_plan=True)
+    assert step.trial_total_bytes is None
     first = step.reports[0]
     assert first.mode == "planned" and first.arena_workspaces == first.block_workspaces == 0
     assert first.arena_used_bytes == first.planned_arena_bytes

@@ -110,7 +110,8 @@ Session::~Session() {
 
 void Session::configure(uint64_t arena_bytes, uint64_t alignment,
                         std::vector<std::vector<PlannedAlloc>> schedule,
-                        std::vector<WorkspaceBlock> workspaces) {
+                        std::vector<WorkspaceBlock> workspaces,
+                        std::vector<std::vector<Loan>> loans) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     throw std::invalid_argument("alignment must be a power of two");
   }
@@ -143,6 +144,20 @@ void Session::configure(uint64_t arena_bytes, uint64_t alignment,
                                   std::to_string(arena_bytes) + " bytes");
     }
   }
+  if (!loans.empty() && loans.size() != schedule.size()) {
+    throw std::invalid_argument("loans: " + std::to_string(loans.size()) + " lists for " +
+                                std::to_string(schedule.size()) + " steps");
+  }
+  for (size_t k = 0; k < loans.size(); ++k) {
+    for (const Loan& l : loans[k]) {
+      if (l.out >= schedule[k].size() || l.size == 0) {
+        throw std::invalid_argument("loan of step " + std::to_string(k) + " (size " +
+                                    std::to_string(l.size) + ", rank " + std::to_string(l.rank) +
+                                    ") names output " + std::to_string(l.out) + " of " +
+                                    std::to_string(schedule[k].size()) + " planned outputs");
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (installed_) throw std::logic_error("configure() while the session is installed");
   if (!arena_live_.empty()) {
@@ -167,6 +182,7 @@ void Session::configure(uint64_t arena_bytes, uint64_t alignment,
   alignment_ = alignment;
   schedule_ = std::move(schedule);
   workspaces_ = std::move(workspaces);
+  loans_ = std::move(loans);
   pending_.assign(schedule_.size(), {});
   ranks_.assign(schedule_.size(), {});
   for (size_t k = 0; k < schedule_.size(); ++k) {
@@ -356,7 +372,10 @@ std::vector<std::pair<uint64_t, uint64_t>> Session::live_ranges() const {
 }
 
 std::string Session::describe(uint64_t offset, const ArenaBlock& b) {
-  return std::string(b.expect == -2 ? "planned workspace" : b.expect < 0 ? "workspace" : "block") +
+  return std::string(b.expect == -3   ? "workspace in a pending output's slot"
+                     : b.expect == -2 ? "planned workspace"
+                     : b.expect < 0   ? "workspace"
+                                      : "block") +
          " at offset " +
          std::to_string(offset) + " (" + std::to_string(b.span) + " bytes, served at step " +
          std::to_string(b.step) + ")";
@@ -444,7 +463,25 @@ c10::DataPtr Session::allocate(size_t n) {
       pend[i] = 0;
       return serve_arena_locked(plan[i].offset, span, n, static_cast<int32_t>(i), lock);
     }
-    if (!workspaces_.empty() && workspaces_[current_].size > 0) {
+    // not a planned output: a scratch (workspace) request
+    std::vector<uint8_t> lent;  // per planned output of the op: 1 = lends its slot to it
+    if (!loans_.empty() && st_.mode == Mode::kPlanned) {
+      for (const Loan& l : loans_[current_]) {
+        if (l.size != n || l.rank != rank || !pend[l.out]) continue;
+        if (lent.empty()) lent.assign(plan.size(), 0);
+        lent[l.out] = 1;
+      }
+      if (!lent.empty()) {
+        const uint64_t span = round_up(n, alignment_);
+        const int64_t off = find_loan_fit_locked(span, lent);
+        if (off >= 0) {
+          ++st_.loan_workspaces;
+          st_.loan_workspace_bytes += span;
+          return serve_arena_locked(static_cast<uint64_t>(off), span, n, -3, lock);
+        }
+      }
+    }
+    if (st_.mode == Mode::kPlanned && !workspaces_.empty() && workspaces_[current_].size > 0) {
       const uint64_t span = round_up(n, alignment_);
       const int64_t off = find_block_fit_locked(span);
       if (off >= 0) {
@@ -455,7 +492,7 @@ c10::DataPtr Session::allocate(size_t n) {
     }
     if (arena_workspaces_ && n >= kMinArenaWorkspace && st_.mode == Mode::kPlanned) {
       const uint64_t span = round_up(n, alignment_);
-      const int64_t off = find_arena_gap_locked(span);
+      const int64_t off = find_arena_gap_locked(span, lent);
       if (off >= 0) {
         ++st_.arena_workspaces;
         st_.arena_workspace_bytes += span;
@@ -509,12 +546,92 @@ int64_t Session::find_block_fit_locked(uint64_t span) const {
   return cursor + span <= end ? static_cast<int64_t>(cursor) : -1;
 }
 
-int64_t Session::find_arena_gap_locked(uint64_t span) const {
-  // Occupied: live blocks, and the outputs of the current op that are still to come.
+int64_t Session::find_loan_fit_locked(uint64_t span, const std::vector<uint8_t>& lent) const {
+  // The lending slots and the op's workspace block, merged where adjacent: a scratch may
+  // straddle a lending slot and the block next to it.
+  std::vector<std::pair<uint64_t, uint64_t>> slots;  // lending slots [begin, end), sorted
+  const auto& plan = schedule_[current_];
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (lent[i]) slots.emplace_back(plan[i].offset, plan[i].offset + round_up(plan[i].size, alignment_));
+  }
+  std::sort(slots.begin(), slots.end());
+  std::vector<std::pair<uint64_t, uint64_t>> region(slots);
+  if (!workspaces_.empty() && workspaces_[current_].size > 0) {
+    const WorkspaceBlock& w = workspaces_[current_];
+    region.emplace_back(w.offset, w.offset + round_up(w.size, alignment_));
+    std::sort(region.begin(), region.end());
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : region) {
+    if (!merged.empty() && r.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, r.second);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  auto lent_overlap = [&](uint64_t c) {
+    uint64_t o = 0;
+    for (const auto& [sb, se] : slots) {
+      const uint64_t b = std::max(sb, c), e = std::min(se, c + span);
+      if (e > b) o += e - b;
+    }
+    return o;
+  };
+  // Best: the most bytes in lending slots (the fewest taken from the block), then flush with
+  // an end of its free range (no range split in two), then the smaller range, then the lower
+  // address.
+  int64_t best = -1;
+  uint64_t best_overlap = 0, best_gap = UINT64_MAX;
+  bool best_flush = false;
+  auto consider_gap = [&](uint64_t a, uint64_t b) {
+    if (b <= a || b - a < span) return;
+    std::vector<uint64_t> cand{a, b - span};
+    for (const auto& [sb, se] : slots) {
+      cand.push_back(sb);
+      if (se >= span) cand.push_back(se - span);
+    }
+    for (uint64_t c : cand) {
+      c = std::min(std::max(c, a), b - span);
+      const uint64_t o = lent_overlap(c);
+      if (o == 0) continue;
+      const bool flush = c == a || c + span == b;
+      const bool better =
+          best < 0 || o > best_overlap ||
+          (o == best_overlap &&
+           (flush != best_flush ? flush
+                                : (b - a != best_gap ? b - a < best_gap
+                                                     : c < static_cast<uint64_t>(best))));
+      if (better) {
+        best = static_cast<int64_t>(c);
+        best_overlap = o;
+        best_flush = flush;
+        best_gap = b - a;
+      }
+    }
+  };
+  for (const auto& [rb, re] : merged) {
+    // the gaps between live blocks inside [rb, re), in address order
+    uint64_t cursor = rb;
+    auto it = arena_live_.upper_bound(rb);
+    if (it != arena_live_.begin()) --it;
+    for (; it != arena_live_.end() && it->first < re; ++it) {
+      const uint64_t b = it->first, e = it->first + it->second.span;
+      if (e <= cursor) continue;
+      if (b > cursor) consider_gap(cursor, b);
+      cursor = std::max(cursor, e);
+    }
+    if (re > cursor) consider_gap(cursor, re);
+  }
+  return best;
+}
+
+int64_t Session::find_arena_gap_locked(uint64_t span, const std::vector<uint8_t>& lent) const {
+  // Occupied: live blocks, and the outputs of the current op that are still to come (but for
+  // those that lend their slot to this request).
   std::vector<std::pair<uint64_t, uint64_t>> reserved;  // [begin, end)
   const auto& plan = schedule_[current_];
   for (size_t i = 0; i < plan.size(); ++i) {
-    if (pending_[current_][i]) {
+    if (pending_[current_][i] && (lent.empty() || !lent[i])) {
       reserved.emplace_back(plan[i].offset, plan[i].offset + round_up(plan[i].size, alignment_));
     }
   }

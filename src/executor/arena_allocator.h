@@ -4,8 +4,9 @@
 // unmatched) from a counted fallback heap. Only c10 is used here (no torch/ATen, no Python).
 //
 // Protocol (driven by the Python runner, roam/executor/runner.py):
-//   session.configure(arena_bytes, alignment, schedule)   schedule[k] = planned allocations of the
-//                                                          op at step k: (size, offset) pairs
+//   session.configure(arena_bytes, alignment, schedule    schedule[k] = planned allocations of the
+//                     [, workspaces, loans])               op at step k: (size, offset) pairs;
+//                                                          workspaces and loans: below
 //   session.install()                                      c10::SetAllocator(kCPU, ..., priority)
 //   for each step k of the plan's order:
 //     session.begin_op(k); run the op; session.end_op(k, storage pointers of its planned outputs)
@@ -19,14 +20,27 @@
 // size: its expectation is re-armed for the next request of that size. end_op checks that every
 // planned output really sits at its offset.
 //
+// Loans of pending output slots (optional, from the calibration run): the capture's workspace of
+// an op is the most bytes of the op's allocations live at once minus its outputs (GRAPH_FORMAT.md
+// `workspace`, "over and above its outputs"), so a kernel whose scratch peaks before its outputs
+// exist needs the outputs' slots for that scratch. loans[k] lists (size, rank, output index):
+// the rank-th request of `size` bytes during op k (counted like the outputs' ranks) was freed,
+// in the calibration run, before that planned output was requested, so it may sit in the
+// output's slot while the output is still pending. Such a request is first served in free bytes
+// of its lending slots and of the op's workspace block (adjacent ones merge: a scratch may
+// straddle a slot and the block), at the place with the most bytes in the slots; a scratch still
+// live when its output is requested makes that output refused by the live-set check (divergence,
+// as for any occupied slot), never an overlap.
+//
 // Planned workspaces (plan field workspace_offsets): op k may have a workspace block
 // [offset, offset + size) in the arena. Every request during op k that is not one of its planned
-// outputs is sub-allocated from that block in request order, first fit among the block's bytes not
-// held by a live block; a request that does not fit there goes on as below.
+// outputs and found no loan is sub-allocated from that block in request order, first fit among
+// the block's bytes not held by a live block; a request that does not fit there goes on as below.
 //
 // Workspaces in free arena bytes (optional, on by default from Python): an unplanned request of at
 // least kMinArenaWorkspace bytes during op k is served, best fit, from bytes of the arena that
-// are free right now: not in a live block and not reserved for a still pending output of op k.
+// are free right now: not in a live block and not reserved for a still pending output of op k
+// (the pending outputs that lend to this request, above, are not reserved for it).
 // It needs nothing else: a planned allocation of a later op that finds those bytes still taken
 // (a workspace that outlived its op) is refused by the live-set check like any other.
 //
@@ -81,6 +95,16 @@ struct SessionStats {
   uint64_t arena_workspace_bytes = 0;  // their total (aligned) size
   uint64_t block_workspaces = 0;       // requests served from the op's planned workspace block
   uint64_t block_workspace_bytes = 0;  // their total (aligned) size
+  uint64_t loan_workspaces = 0;        // requests served in pending output slots (loans)
+  uint64_t loan_workspace_bytes = 0;   // their total (aligned) size
+};
+
+/// A scratch request that may sit in a pending output's slot (see "Loans" above).
+struct Loan {
+  uint64_t size = 0;  // bytes of the request
+  uint32_t rank = 0;  // which request of `size` bytes during the op (0: the first), all requests
+                      // counted, outputs included (the ranks of PlannedAlloc)
+  uint32_t out = 0;   // index of the lending output in schedule[k]
 };
 
 struct WorkspaceBlock {
@@ -105,9 +129,13 @@ class Session : public std::enable_shared_from_this<Session> {
   /// per-step planned allocations. arena_bytes 0 with an empty schedule means pass-through.
   /// Throws std::invalid_argument when a planned block is misaligned or outside the arena.
   /// `workspaces[k]` (optional; empty or one per step): the planned workspace block of step k.
+  /// `loans[k]` (optional; empty or one list per step): the scratch requests of step k that
+  /// may sit in a pending output's slot. Throws std::invalid_argument when a loan names an
+  /// output that step does not have.
   void configure(uint64_t arena_bytes, uint64_t alignment,
                  std::vector<std::vector<PlannedAlloc>> schedule,
-                 std::vector<WorkspaceBlock> workspaces = {});
+                 std::vector<WorkspaceBlock> workspaces = {},
+                 std::vector<std::vector<Loan>> loans = {});
   /// Pass-through mode: every allocation goes to the previous CPU allocator, counted.
   void set_pass_through(bool on);
   void set_debug(bool on);
@@ -157,11 +185,17 @@ class Session : public std::enable_shared_from_this<Session> {
     uint64_t span = 0;        // aligned size
     int32_t step = -1;        // op during which it was served
     int32_t expect = -1;      // index in schedule_[step]; -1 free-arena workspace, -2 from the
-                              // op's planned workspace block
+                              // op's planned workspace block, -3 in pending output slots (loan)
   };
   c10::DataPtr allocate_fallback_locked(size_t n, std::unique_lock<std::mutex>& lock);
-  /// Best-fit free arena range of `span` bytes during the current op, or -1.
-  int64_t find_arena_gap_locked(uint64_t span) const;
+  /// Best-fit free arena range of `span` bytes during the current op, or -1; the pending outputs
+  /// marked in `lent` (may be empty) are not reserved.
+  int64_t find_arena_gap_locked(uint64_t span, const std::vector<uint8_t>& lent) const;
+  /// Range of `span` bytes not overlapping a live block inside the slots of the current op's
+  /// pending outputs marked in `lent` and its workspace block (adjacent ones merged) that has
+  /// the most bytes in those slots (then: flush with an end of its free range, the smaller
+  /// range, the lower address); -1 when none has a byte in them.
+  int64_t find_loan_fit_locked(uint64_t span, const std::vector<uint8_t>& lent) const;
   /// First-fit range of `span` bytes inside the current op's workspace block, or -1.
   int64_t find_block_fit_locked(uint64_t span) const;
   c10::DataPtr serve_arena_locked(uint64_t offset, uint64_t span, size_t n, int32_t expect,
@@ -193,6 +227,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::vector<uint8_t>> pending_;  // per step, per planned alloc: 1 = not yet served
   std::vector<std::vector<uint32_t>> ranks_;   // the configured ranks (re-arming changes them)
   std::vector<WorkspaceBlock> workspaces_;     // per step (empty: no planned workspaces)
+  std::vector<std::vector<Loan>> loans_;       // per step (empty: no loans)
 
   int32_t current_ = -1;
   std::map<uint64_t, ArenaBlock> arena_live_;    // offset -> block

@@ -50,6 +50,8 @@ py::dict stats_dict(const SessionStats& s) {
   d["arena_workspace_bytes"] = s.arena_workspace_bytes;
   d["block_workspaces"] = s.block_workspaces;
   d["block_workspace_bytes"] = s.block_workspace_bytes;
+  d["loan_workspaces"] = s.loan_workspaces;
+  d["loan_workspace_bytes"] = s.loan_workspace_bytes;
   return d;
 }
 
@@ -116,7 +118,8 @@ PYBIND11_MODULE(_native, m) {
           "configure",
           [](Session& s, uint64_t arena_bytes, uint64_t alignment,
              const std::vector<std::vector<std::tuple<uint64_t, uint64_t, uint32_t>>>& schedule,
-             const std::vector<std::pair<uint64_t, uint64_t>>& workspaces) {
+             const std::vector<std::pair<uint64_t, uint64_t>>& workspaces,
+             const std::vector<std::vector<std::tuple<uint64_t, uint32_t, uint32_t>>>& loans) {
             std::vector<std::vector<PlannedAlloc>> sch(schedule.size());
             for (size_t k = 0; k < schedule.size(); ++k) {
               for (const auto& [size, offset, rank] : schedule[k]) {
@@ -126,14 +129,21 @@ PYBIND11_MODULE(_native, m) {
             std::vector<roam_exec::WorkspaceBlock> ws;
             ws.reserve(workspaces.size());
             for (const auto& [offset, size] : workspaces) ws.push_back({offset, size});
-            s.configure(arena_bytes, alignment, std::move(sch), std::move(ws));
+            std::vector<std::vector<roam_exec::Loan>> ln(loans.size());
+            for (size_t k = 0; k < loans.size(); ++k) {
+              for (const auto& [size, rank, out] : loans[k]) ln[k].push_back({size, rank, out});
+            }
+            s.configure(arena_bytes, alignment, std::move(sch), std::move(ws), std::move(ln));
           },
           py::arg("arena_bytes"), py::arg("alignment"), py::arg("schedule"),
           py::arg("workspaces") = std::vector<std::pair<uint64_t, uint64_t>>{},
+          py::arg("loans") = std::vector<std::vector<std::tuple<uint64_t, uint32_t, uint32_t>>>{},
           "schedule[k]: [(size, offset, rank), ...] planned allocations of the op at step k "
           "(rank: which request of that size during the op it is, 0 = the first); "
           "workspaces: [] or one (offset, size) per step, the op's planned workspace block "
-          "(size 0: none)")
+          "(size 0: none); loans: [] or one list per step of (size, rank, output index): the "
+          "rank-th request of size bytes during the step may sit in that pending output's slot "
+          "(it was freed before the output was requested in the calibration run)")
       .def("set_pass_through", &Session::set_pass_through)
       .def("set_workspaces_in_arena", &Session::set_workspaces_in_arena)
       .def_property("debug", &Session::debug, &Session::set_debug)

@@ -4,13 +4,30 @@ Real mode (:func:`measure_workspaces`): the captured step runs once in program o
 recording pass-through session of the executor's CPU allocator (``roam._native.Session``:
 every CPU allocation and free, tagged with the op that was running). For each op the bytes
 allocated during the op and still live are replayed in event order; the op's workspace is the
-most bytes of the op's allocations other than its outputs (the last allocation at each
-output's address) live at once: scratch that peaks before the outputs exist still needs
-bytes of its own beside their planned slots. Bytes are counted as the allocator costs them,
-rounded up to 64 per allocation (c10's CPU alignment), so the same run's peak -- the measured
-eager peak -- is at most ``Tp(program order)`` of the graph with these workspaces at
-alignment 64 and equals it where no op's scratch peaks before its outputs exist. Workspaces are what the kernels of *this* machine allocate (MKL-DNN
-reorders, im2col columns, per-thread buffers differ between CPUs and thread counts).
+most of them live at once minus the op's output storages (GRAPH_FORMAT.md: "over and above
+its outputs"), at least 0. Bytes are counted as the allocator costs them, rounded up to 64
+per allocation (c10's CPU alignment), so the same run's peak -- the measured eager peak --
+equals ``Tp(program order)`` of the graph with these workspaces at alignment 64: at op k's
+step both hold what was live before the op plus the op's most bytes at once.
+
+A kernel whose scratch peaks before its outputs exist (an MKL-DNN convolution: input and
+weight reorders, the result in a temporary of the output's size, then the output; a
+convolution backward: the grad-input pass's reorders freed before its outputs) thus gets a
+workspace smaller than its scratch: the planned outputs' slots hold that scratch while the
+outputs are still to come. The executor serves such scratch there (the calibration run's
+*loans*, ``roam.executor.program.loans_from_events``). Counting the scratch beside the outputs
+instead overstated Tp by up to 1.9 % (squeezenet1_0 b2 64 px: features.10.expand3x3's
+convolution backward, 6,525,568 B against 6,400,128 measured).
+
+A layout that puts the workspace block anywhere, not next to the output slots, can serve
+that only where each such scratch fits in one slot: :func:`servable_workspaces` is the block
+an op needs then (at least its workspace, at most its scratch alone at its peak), written
+to ``meta.capture.workspace.servable`` for the ops where it is larger; ``roam.optimize``
+plans with it (vit_b_16's patch-embedding backward: a 10,039,552 B column buffer freed
+before outputs of 2,362,368 B).
+
+Workspaces are what the kernels of *this* machine allocate (MKL-DNN reorders, im2col columns,
+per-thread buffers differ between CPUs and thread counts).
 
 Fake mode (:func:`estimate_workspaces`): nothing runs; an op gets an estimate where the rule
 of its CPU kernel is known from the shapes, and ``meta.capture.workspace.estimated`` lists
@@ -45,58 +62,111 @@ def output_bytes(tensors: Dict[str, Dict[str, Any]], op: Dict[str, Any],
     return total
 
 
-def workspaces_from_events(events, n_steps: int, out_bytes: Sequence[int],
-                           out_addrs: Optional[Dict[int, Sequence[int]]] = None
+def workspaces_from_events(events, n_steps: int, out_bytes: Sequence[int]
                            ) -> Tuple[List[int], List[int]]:
     """Per step ``k``: the highest bytes (rounded to 64 each) allocated during step ``k`` and
-    live at once (``peak[k]``) and the workspace.
-
-    Without ``out_addrs`` the workspace is ``max(0, peak[k] - out_bytes[k])``. With
-    ``out_addrs[k]`` (the storage addresses of step ``k``'s planned outputs after it ran) the
-    last allocation of each such address during the op is that output; the workspace is then
-    the most bytes of the op's *other* allocations live at once (a kernel whose scratch
-    peaks before it allocates its outputs needs all of it beside the outputs' planned slots).
+    live at once (``peak[k]``), and the workspace ``max(0, peak[k] - out_bytes[k])`` (the
+    module docstring: what the op holds at its worst moment over and above its outputs, which
+    may peak before the outputs exist). ``out_bytes[k]``: the bytes of step ``k``'s output
+    storages (:func:`output_bytes`).
 
     ``events``: a recording session's ``(step, size, offset, +1 alloc / -1 free, address)``
     in the order they happened (frees carry the counted size)."""
     peak = [0] * n_steps
     cur = [0] * n_steps
-    scratch_peak = [0] * n_steps
-    scratch = [0] * n_steps
-    is_out = set()  # indices of the events that allocated an output
-    if out_addrs:
-        last: Dict[Tuple[int, int], int] = {}
-        for i, (step, size, _off, sign, addr) in enumerate(events):
-            if sign > 0 and size > 0 and addr in set(out_addrs.get(step, ())):
-                last[(step, addr)] = i
-        is_out = set(last.values())
-    live: Dict[int, Tuple[int, int, bool]] = {}  # address -> (step, counted bytes, output)
-    for i, (step, size, _off, sign, addr) in enumerate(events):
+    live: Dict[int, Tuple[int, int]] = {}  # address -> (step, counted bytes)
+    for step, size, _off, sign, addr in events:
         if sign > 0:
             if size == 0:
                 continue
             b = _up(size)
-            out = i in is_out
-            live[addr] = (step, b, out)
+            live[addr] = (step, b)
             if 0 <= step < n_steps:
                 cur[step] += b
                 peak[step] = max(peak[step], cur[step])
-                if not out:
-                    scratch[step] += b
-                    scratch_peak[step] = max(scratch_peak[step], scratch[step])
         else:
             rec = live.pop(addr, None)
             if rec is None:
                 continue
-            s, b, out = rec
+            s, b = rec
             if 0 <= s < n_steps and s == step:
                 cur[s] -= b  # freed inside the op that made it: scratch
-                if not out:
-                    scratch[s] -= b
-    if out_addrs:
-        return scratch_peak, peak
     ws = [max(0, p - o) for p, o in zip(peak, out_bytes)]
     return ws, peak
+
+
+def _output_events(evs, out_addrs: Sequence[int]) -> Dict[int, int]:
+    """Event index -> address of the op's allocations that are its outputs: the last
+    allocation during the op at each output address."""
+    outs = set(out_addrs)
+    last: Dict[int, int] = {}
+    for j, (_s, size, _o, sign, addr) in enumerate(evs):
+        if sign > 0 and size > 0 and addr in outs:
+            last[addr] = j
+    return {j: a for a, j in last.items()}
+
+
+def servable_workspaces(events, n_steps: int, out_addrs: Dict[int, Sequence[int]]
+                        ) -> List[int]:
+    """Per step ``k``: the workspace block the op needs when its output slots are not next
+    to it. The op's allocations are replayed in event order (``events`` as for
+    :func:`workspaces_from_events`; an output is the last allocation during the op at one of
+    ``out_addrs[k]``); an allocation that is freed during the op before some output is
+    requested may sit in the slot of a pending such output with room for all of it (the
+    fullest one that fits: best fit, by bytes); every other non-output allocation takes bytes
+    of the block. The result is the most bytes the block holds at once (rounded to 64 per
+    allocation): at least ``max(0, peak - outputs)`` and at most the op's scratch peak."""
+    by_step: Dict[int, list] = {}
+    for ev in events:
+        if 0 <= ev[0] < n_steps:
+            by_step.setdefault(ev[0], []).append(ev)
+    ws = [0] * n_steps
+    for k, evs in by_step.items():
+        out_at = _output_events(evs, out_addrs.get(k, ()))
+        freed_at: Dict[int, int] = {}   # allocation index -> index of its free in the op
+        opened: Dict[int, int] = {}
+        for j, (_s, size, _o, sign, addr) in enumerate(evs):
+            if sign > 0:
+                if size > 0:
+                    opened[addr] = j
+            elif addr in opened:
+                freed_at[opened.pop(addr)] = j
+        room = {j: _up(evs[j][1]) for j in out_at}  # pending output (its index) -> free bytes
+        where: Dict[int, Tuple[int, int]] = {}       # address -> (slot index or -1, bytes)
+        cur = peak = 0
+        for j, (_s, size, _o, sign, addr) in enumerate(evs):
+            if sign > 0:
+                if size == 0:
+                    continue
+                b = _up(size)
+                if j in out_at:
+                    room.pop(j, None)  # requested: its slot lends nothing from now on
+                    where.pop(addr, None)
+                    continue
+                f = freed_at.get(j)
+                slot = None
+                if f is not None:
+                    fits = [o for o, r in room.items() if o > f and r >= b]
+                    if fits:
+                        slot = min(fits, key=lambda o: (room[o], o))
+                if slot is not None:
+                    room[slot] -= b
+                    where[addr] = (slot, b)
+                else:
+                    where[addr] = (-1, b)
+                    cur += b
+                    peak = max(peak, cur)
+            else:
+                rec = where.pop(addr, None)
+                if rec is None:
+                    continue
+                slot, b = rec
+                if slot < 0:
+                    cur -= b
+                elif slot in room:
+                    room[slot] += b
+        ws[k] = peak
+    return ws
 
 
 def native_available() -> bool:
@@ -110,12 +180,13 @@ def native_available() -> bool:
 
 def measure_workspaces(gm: torch.fx.GraphModule, graph: Dict[str, Any],
                        op_nodes: Dict[str, str], make_args: Callable[[], Sequence[Any]],
-                       seed: int = 0) -> Tuple[Dict[str, int], int]:
+                       seed: int = 0) -> Tuple[Dict[str, int], int, Dict[str, int]]:
     """Run the step once in program order under a recording pass-through session.
 
-    Returns ``(workspaces, eager_peak)``: op id -> workspace bytes (only ops with a non-zero
-    one), and the peak of the bytes allocated during the run above what existed before it
-    (each allocation rounded up to 64). Raises ``roam.executor.native.NativeMissing`` when
+    Returns ``(workspaces, eager_peak, servable)``: op id -> workspace bytes (only ops with a
+    non-zero one); the peak of the bytes allocated during the run above what existed before
+    it (each allocation rounded up to 64); op id -> :func:`servable_workspaces` bytes for the
+    ops where that is above the workspace. Raises ``roam.executor.native.NativeMissing`` when
     the extension is not built."""
     import torch.utils._pytree as pytree
     from ..executor.native import native
@@ -148,9 +219,12 @@ def measure_workspaces(gm: torch.fx.GraphModule, graph: Dict[str, Any],
     by_id = {t["id"]: t for t in graph["tensors"]}
     ops = {op["id"]: op for op in graph["ops"]}
     outs = [output_bytes(by_id, ops[st.op_id]) for st in prog.steps]
-    ws, _peak = workspaces_from_events(s.events(), len(prog.steps), outs, observed)
+    events = s.events()
+    ws, _peak = workspaces_from_events(events, len(prog.steps), outs)
+    sv = servable_workspaces(events, len(prog.steps), observed)
     result = {st.op_id: w for st, w in zip(prog.steps, ws) if w > 0}
-    return result, int(s.stats()["fallback_peak"])
+    servable = {st.op_id: v for st, w, v in zip(prog.steps, ws, sv) if v > w}
+    return result, int(s.stats()["fallback_peak"]), servable
 
 
 def conv_backward_workspace(grad_output_bytes: int, weight_bytes: int,

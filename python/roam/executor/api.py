@@ -10,11 +10,19 @@ does not fit from a counted fallback heap; the model's parameters, buffers and t
 ``loss.backward(); optimizer.step()`` would. ``step.last_report`` (:class:`StepReport`) has the
 measured bytes.
 
-Operator workspaces: an op's requests that are not its planned outputs are sub-allocated
-from its planned workspace block in request order (first fit); what does not fit there is
-served from arena bytes free at that moment (``workspaces="arena"``, the default), else from
-the fallback heap. A planned step whose measured total is above the same graph run eagerly
-is warned once; every later step then runs the program order with ordinary allocation
+Operator workspaces: an op's requests that are not its planned outputs are served, in this
+order: in the slots of its planned outputs still to come, where the calibration run saw that
+request freed before those outputs were requested (a capture's ``workspace`` is the op's
+peak minus its outputs, so scratch that peaks before the outputs exist needs their slots;
+best fit, :func:`roam.executor.program.loans_from_events`); sub-allocated from its planned
+workspace block in request order (first fit); from arena bytes free at that moment
+(``workspaces="arena"``, the default, for all three); else from the fallback heap.
+:func:`optimize` plans with the capture's servable workspaces (:func:`servable_workspaces`:
+what fits in no output slot takes bytes of the block, wherever the layout puts it); Tp
+(program order) and the planned saving count the workspaces as captured. Before
+the first step a planned trial step on copies measures arena + fallback heap peak; a plan
+whose trial (or any later planned step) holds more than the same graph run eagerly is warned
+once and every step from then on runs the program order with ordinary allocation
 (``mode="program"``). The first step of a fresh optimizer (no state yet) is planned too when
 zeros of its state are exactly what its own first step starts from and the state + arena are
 not above an estimate of an eager first step (its live bytes at the program order's peak with
@@ -49,7 +57,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .native import native
-from .program import PlanMismatch, Program, ranks_from_events
+from .program import PlanMismatch, Program, loans_from_events, ranks_from_events
 from .scalars import StepScalars
 
 ALIGNMENT = 64
@@ -84,6 +92,24 @@ def eager_kernels_while_tracing():
         yield
     finally:
         OpOverload.decompose = original
+
+
+def servable_workspaces(graph: Dict[str, Any]) -> int:
+    """Raise, in place, each op's ``workspace`` to the servable figure the capture measured
+    (``meta.capture.workspace.servable``, :func:`roam.capture.workspace.servable_workspaces`):
+    the block the op needs when the layout does not put it next to the op's output slots.
+    The captured workspace is the op's peak minus its outputs, which the executor serves only
+    with scratch in those slots; what fits in no slot needs bytes of the block. Returns the
+    number of ops raised."""
+    servable = (graph.get("meta", {}).get("capture", {}).get("workspace", {})
+                .get("servable") or {})
+    raised = 0
+    for op in graph["ops"]:
+        v = int(servable.get(op["id"], 0))
+        if v > int(op.get("workspace", 0)):
+            op["workspace"] = v
+            raised += 1
+    return raised
 
 
 def add_rng_order_edges(graph: Dict[str, Any]) -> int:
@@ -304,6 +330,8 @@ class StepReport:
     arena_workspaces: int = 0          # unplanned requests (workspaces) served from free arena
                                        # bytes (optimize(workspaces="arena"))
     block_workspaces: int = 0          # requests served from their op's planned workspace block
+    loan_workspaces: int = 0           # scratch requests served in a slot of one of their op's
+                                       # outputs still to come (freed before it, calibrated)
     mismatch: Optional[str] = None
     reason: Optional[str] = None
     debug_checks: int = 0
@@ -559,7 +587,11 @@ class RoamStep:
         self.alignment = int(plan.get("alignment", ALIGNMENT))
         self.planned_arena_bytes = int(plan.get("stats", {}).get("arena_bytes", 0))
         program_order = [op["id"] for op in graph["ops"]]
-        self.tp_program = N.theoretical_peak(json.dumps(graph), program_order, self.alignment)
+        # Tp of the graph as captured (its workspaces: the measured peak of each op), not of
+        # the servable workspaces it may have been planned with (servable_workspaces)
+        self.tp_program = N.theoretical_peak(
+            json.dumps(getattr(captured, "graph", None) or graph), program_order,
+            self.alignment)
         # the headline's GPU reference: PyTorch's CUDA caching allocator, simulated, same order
         self.cuda_program_bytes = N.program_cuda_reserved(json.dumps(graph), self.alignment)
         self.planned_saving_bytes = self.tp_program - self.planned_arena_bytes
@@ -626,6 +658,8 @@ class RoamStep:
                                            plan.get("workspace_offsets"))
         self.session = N.Session()
         self.ranks: Dict[str, List[int]] = {}
+        # op id -> (size, rank, output index): scratch that may sit in a pending output's slot
+        self.loans: Dict[str, List[Tuple[int, int, int]]] = {}
         self.eager_peak_bytes: Optional[int] = None
         # calibration on copies of the captured tensors: which allocation of an op is its
         # output (kernels may allocate a workspace of the output's size first) + eager peak
@@ -633,8 +667,8 @@ class RoamStep:
         if self.program is not None and self.eager_peak_bytes is not None and \
                 not trust_plan and self.planned_arena_bytes > self.eager_peak_bytes:
             # the arena is held for the whole step: a plan whose arena alone is above the same
-            # graph run eagerly cannot save anything (an op's measured scratch counts beside
-            # all its outputs in the plan, while eagerly it may peak before they exist)
+            # graph run eagerly cannot save anything (a graph whose workspaces were measured on
+            # another machine or with another thread count than this run's)
             self.program_order_reason = (
                 f"the plan's arena ({self.planned_arena_bytes} B) is above the "
                 f"{self.eager_peak_bytes} B of the same graph run eagerly, so a planned step "
@@ -645,10 +679,27 @@ class RoamStep:
             self.session.configure(self.planned_arena_bytes, self.alignment,
                                    self.program.session_schedule(self.ranks),
                                    self.program.session_workspaces()
+                                   if workspaces == "arena" else [],
+                                   self.program.session_loans(self.loans)
                                    if workspaces == "arena" else [])
         self.session.debug = bool(debug)
         self.session.record = bool(record)
         self.session.set_workspaces_in_arena(workspaces == "arena")
+        # a planned trial step on copies: what the arena cannot serve (scratch that no loan,
+        # workspace block or free arena range takes) goes to the fallback heap; a plan whose
+        # step would then hold more than the same graph run eagerly is not run at all
+        self.trial_total_bytes: Optional[int] = None
+        if self.program is not None and self.program_order_reason is None and \
+                not trust_plan and self.eager_peak_bytes is not None:
+            st = self._trial_step(_flatten_state(state))
+            self.trial_total_bytes = int(st["total_peak"])
+            if self.trial_total_bytes > self.eager_peak_bytes:
+                self.program_order_reason = (
+                    f"a planned trial step on copies measured {self.trial_total_bytes} B (arena "
+                    f"{self.planned_arena_bytes} B + fallback heap peak {st['fallback_peak']} "
+                    f"B), above the {self.eager_peak_bytes} B of the same graph run eagerly")
+                warnings.warn(f"roam: {self.program_order_reason}; running the program order "
+                              f"with ordinary allocation", stacklevel=3)
 
     # -------------------------------------------------------------- helpers
     def _warn_once(self, key: str, message: str) -> None:
@@ -659,7 +710,8 @@ class RoamStep:
     def _measure_eager(self, tensors: Sequence[torch.Tensor], calibrate: bool = False) -> int:
         """Run the captured step in program order on clones of ``tensors`` under a
         pass-through session (PyTorch's default allocator, counted); the global RNG state is
-        restored afterwards. With ``calibrate``, learn the ranks of the planned outputs."""
+        restored afterwards. With ``calibrate``, learn the ranks of the planned outputs and
+        which scratch is freed before an output of its op is requested (loans)."""
         N = native()
         with torch.no_grad():
             flat = [t.detach().clone() for t in tensors]
@@ -681,8 +733,31 @@ class RoamStep:
         finally:
             torch.set_rng_state(rng)
         if calibrate and prog.steps and any(st.planned for st in prog.steps):
-            self.ranks = ranks_from_events(prog, s.events(), observed)
+            events = s.events()
+            self.ranks = ranks_from_events(prog, events, observed)
+            self.loans = loans_from_events(prog, events, observed)
         return int(s.stats()["fallback_peak"])
+
+    def _trial_step(self, tensors: Sequence[torch.Tensor]) -> Dict[str, Any]:
+        """Run the planned program once on clones of ``tensors`` under the configured session
+        (the global RNG state restored afterwards); returns the session's statistics."""
+        with torch.no_grad():
+            flat = [t.detach().clone() for t in tensors]
+        rng = torch.get_rng_state()
+        try:
+            self.session.install(self.priority)
+            try:
+                out = self.program.run(flat, self.session)
+                del out
+            finally:
+                self.session.uninstall()
+        finally:
+            torch.set_rng_state(rng)
+        del flat
+        st = self.session.stats()
+        if st["debug_violations"]:
+            raise RuntimeError(f"roam executor bug: {st['first_violation']}")
+        return st
 
     def _bind(self, inputs) -> Tuple[Optional[List[torch.Tensor]], Optional[List[torch.Tensor]],
                                      Optional[str]]:
@@ -756,7 +831,7 @@ class RoamStep:
         off the bytes by which the graph run eagerly measured below Tp."""
         if self._first_estimate is None:
             from ..headline import live_at_peak
-            g = self.graph
+            g = getattr(self.captured, "graph", None) or self.graph  # captured workspaces
             order = [op["id"] for op in g["ops"]]
             curve = live_at_peak(g, order, self.alignment)["per_step"]
             tensors = {t["id"]: t for t in g["tensors"]}
@@ -984,7 +1059,8 @@ class RoamStep:
             state_created_bytes=created, eager_first_step_bytes=first_estimate,
             arena_allocs=int(st["arena_allocs"]), fallback_allocs=int(st["fallback_allocs"]),
             arena_workspaces=int(st["arena_workspaces"]),
-            block_workspaces=int(st.get("block_workspaces", 0)), mismatch=mismatch,
+            block_workspaces=int(st.get("block_workspaces", 0)),
+            loan_workspaces=int(st.get("loan_workspaces", 0)), mismatch=mismatch,
             reason=self.unplanned_reason if mode != "program" else self.program_order_reason,
             debug_checks=int(st["debug_checks"]), debug_violations=int(st["debug_violations"]),
             escaped_arena_blocks=int(escaped), seconds=time.perf_counter() - t0,
@@ -1121,8 +1197,9 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     global RNG state is restored). ``debug``: the allocator checks every allocation against
     every live block. ``measure_eager``: ``"once"`` (the eager peak of the calibration run is
     reported with every step) or ``"every"`` (measured again before each step, on copies).
-    ``trust_plan``: skip the validator and the check that the plan's arena is not above the
-    same graph run eagerly (tests of the run-time checks). ``workspaces``:
+    ``trust_plan``: skip the validator, the check that the plan's arena is not above the
+    same graph run eagerly and the planned trial step on copies (whose measured total, arena
+    + fallback heap peak, must not be above it either) (tests of the run-time checks). ``workspaces``:
     ``"arena"`` (default) serves each op's internal allocations from its planned workspace
     block (plan ``workspace_offsets``, sub-allocated in request order), then those of at least
     4 KiB from arena bytes free at that moment; ``"heap"`` sends every unplanned allocation
@@ -1161,13 +1238,16 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
         graph = copy.deepcopy(captured.graph)
         add_rng_order_edges(graph)
         if plan is None:
+            # planned with the workspaces the executor can serve wherever the layout puts
+            # them (a plan given here was made for the graph as captured: kept as it is)
+            servable_workspaces(graph)
             say(f"planning (order {order}, layout {layout}"
                 + (f", budget {budget_bytes} B)" if budget_bytes is not None else ")"))
             plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads,
                               budget_bytes=budget_bytes)
         elif isinstance(plan, str):
             plan = load_plan(plan)
-        say("calibrating (one step in program order on copies)")
+        say("calibrating (one step in program order and one planned step, on copies)")
         step = RoamStep(model, optimizer, loss_fn, captured, graph, plan,
                         n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
                         trust_plan=trust_plan, workspaces=workspaces)

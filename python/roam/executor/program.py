@@ -150,6 +150,16 @@ class Program:
             out.append([(size, off, int(rk)) for (size, off), rk in zip(planned, r)])
         return out
 
+    def session_loans(self, loans: Optional[Dict[str, List[Tuple[int, int, int]]]]
+                      ) -> List[List[Tuple[int, int, int]]]:
+        """``[(size, rank, output index), ...]`` per step for ``Session.configure(loans=...)``
+        (op id -> loans, from :func:`loans_from_events`; every appearance of an op gets its
+        op's); ``[]`` when no op has one."""
+        if not loans or not any(loans.values()):
+            return []
+        return [[(int(a), int(b), int(c)) for a, b, c in loans.get(st.op_id, ())]
+                for st in self.steps]
+
     # ---------------------------------------------------------------- compile
     @classmethod
     def build(cls, gm: torch.fx.GraphModule, graph: Dict[str, Any], op_nodes: Dict[str, str],
@@ -471,6 +481,56 @@ def ranks_from_events(program: "Program", events, observed: Dict[int, List[int]]
             r.append(rank)
         ranks[st.op_id] = r
     return ranks
+
+
+def loans_from_events(program: "Program", events, observed: Dict[int, List[int]]
+                      ) -> Dict[str, List[Tuple[int, int, int]]]:
+    """Which scratch requests of an op may sit in the slot of one of its planned outputs
+    (``Session.configure(loans=...)``): op id -> ``(size, rank, i)`` for the ``rank``-th
+    request of ``size`` bytes during the op (all of the op's requests counted, outputs
+    included, as the allocator counts them) that is not an output and was freed, during the
+    op, before the op requested its planned output ``i``. ``events`` / ``observed`` as for
+    :func:`ranks_from_events` (the same run; an output is the last request of its size that
+    returned its address). A scratch the op does not free, or frees after the output, lends
+    nothing from that output."""
+    by_step: Dict[int, List[Tuple[int, int, int]]] = {}
+    for step, size, _off, sign, addr in events:
+        if step >= 0:
+            by_step.setdefault(step, []).append((sign, size, addr))
+    loans: Dict[str, List[Tuple[int, int, int]]] = {}
+    for k, st in enumerate(program.steps):
+        if not st.planned:
+            continue
+        evs = by_step.get(k, [])
+        out_pos: Dict[int, int] = {}  # output index -> position of its request
+        for i, ((size, _o), addr) in enumerate(zip(st.planned, observed.get(k, []))):
+            for j, (sign, s_, a) in enumerate(evs):
+                if sign > 0 and s_ == size and a == addr:
+                    out_pos[i] = j
+        outs_at = set(out_pos.values())
+        counts: Dict[int, int] = {}
+        live: Dict[int, Tuple[int, int]] = {}  # address -> (size, rank) of a live scratch
+        mine: List[Tuple[int, int, int]] = []
+        for j, (sign, s_, a) in enumerate(evs):
+            if sign > 0:
+                if s_ == 0:
+                    continue
+                rank = counts.get(s_, 0)
+                counts[s_] = rank + 1
+                if j not in outs_at:
+                    live[a] = (s_, rank)
+                else:
+                    live.pop(a, None)
+            else:
+                rec = live.pop(a, None)
+                if rec is None:
+                    continue
+                for i, p in sorted(out_pos.items()):
+                    if p > j:
+                        mine.append((rec[0], rec[1], i))
+        if mine:
+            loans[st.op_id] = mine
+    return loans
 
 
 def _is_random_target(target) -> bool:
