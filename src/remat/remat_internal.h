@@ -48,9 +48,12 @@ struct StairPoint {
 };
 
 /// Bytes (aligned) of the storages produced in forward positions [begin, end) that are held
-/// until the backward pass when the ops with cloned[v] != 0 are recomputed: those of a tensor
-/// whose producer is not recomputed and that a backward op or a recomputed op reads (directly or
-/// through a view). With nothing recomputed: the span's activation bytes.
+/// until the backward pass when the ops with cloned[v] != 0 are recomputed: those whose old
+/// instance (the forward pass's) an op outside the forward pass or a recomputed op reads,
+/// directly or through views made anywhere (expand()'s wiring: a root is read new when its
+/// producer is recomputed, a view made in the forward pass and not recomputed is on the old
+/// instance, any other view on what it views). Additive: the sum over a split of [begin, end)
+/// is the whole range's. With nothing recomputed: the span's activation bytes.
 uint64_t span_kept_bytes(const Graph& g, const Structure& st, int32_t begin, int32_t end,
                          const std::vector<char>& cloned, uint64_t alignment);
 

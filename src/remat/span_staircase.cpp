@@ -9,23 +9,54 @@
 
 namespace roam::remat_internal {
 
+namespace {
+
+// Whether a read of tensor t in the backward pass (or by a recomputation) reads the instance
+// the forward pass made rather than a recomputed one (expand() rewires readers to clones): a
+// root is the old instance unless its producer is recomputed; a view made in the forward pass
+// and not recomputed is on the old instance; any other view is on the instance of what it
+// views.
+bool reads_old_instance(const Graph& g, TensorIdx t, const std::vector<char>& cloned) {
+  for (;;) {
+    const OpIdx w = g.tensors[t].producer;
+    if (g.tensors[t].alias_of < 0) return w < 0 || !cloned[w];  // a root: its producer decides
+    if (w >= 0 && g.ops[w].phase == Phase::kForward && !cloned[w]) return true;  // made on it
+    // a recomputed view (bound to what its base is bound to when it runs again), a view made in
+    // the backward pass or by no op (a tuple element): the instance of what it views
+    t = g.tensors[t].alias_of;
+  }
+}
+
+}  // namespace
+
 uint64_t span_kept_bytes(const Graph& g, const Structure& st, int32_t begin, int32_t end,
                          const std::vector<char>& cloned, uint64_t alignment) {
+  // A storage made in the span is held for the backward pass when some op reads its old
+  // instance there: a backward op, or a recomputation (which reads the old instance of what it
+  // does not recompute). A reader reads the old instance unless the op that produced the tensor
+  // it names (the storage's producer, or the forward view that made that alias) is recomputed:
+  // then it reads the new one (expand() rewires it). Reads through views count: a layer norm's
+  // output read in the backward pass only through a view made by another op is held.
   std::vector<StorageIdx> held;
   for (int32_t i = begin; i < end; ++i) {
     const OpIdx v = st.forward[i];
-    if (cloned[v]) continue;  // its readers read the recomputed instance
     for (TensorIdx p : g.ops[v].outputs) {
+      if (g.tensors[p].alias_of >= 0) continue;
       const StorageIdx x = g.storage_of[p];
-      if (x < 0) continue;
-      const OpIdx producer = g.storages[x].producer;
-      if (producer < 0 || st.pos[producer] < begin || st.pos[producer] >= end) continue;
-      for (OpIdx w : st.users[p]) {
-        if (g.ops[w].phase != Phase::kForward || cloned[w]) {
-          held.push_back(x);
-          break;
+      if (x < 0 || g.storages[x].producer != v) continue;
+      bool keep = false;
+      for (OpIdx w : g.storages[x].users) {
+        if (w == v || (g.ops[w].phase == Phase::kForward && !cloned[w])) continue;
+        for (TensorIdx t : g.ops[w].inputs) {
+          if (g.storage_of[t] != x) continue;
+          if (reads_old_instance(g, t, cloned)) {
+            keep = true;
+            break;
+          }
         }
+        if (keep) break;
       }
+      if (keep) held.push_back(x);
     }
   }
   std::sort(held.begin(), held.end());
