@@ -250,6 +250,56 @@ TEST(ExactSolver, EqualsBruteForceOnRandomInstances) {
   EXPECT_EQ(checked, 300);
 }
 
+// Tight instances where the contact order of the candidates decides the search path: a W x W
+// square cut by guillotine cuts into rectangles (time = x, size = height), sometimes with one
+// piece removed, so a packing of height W exists by construction. One portfolio search alone
+// (heuristics = 1: the most-constrained cell with the contact order) and the whole portfolio
+// must agree with brute force: feasible at the optimum, proven infeasible one unit below.
+TEST(ExactSolver, ContactOrderAloneEqualsBruteForceOnCutSquares) {
+  std::mt19937_64 rng(15);
+  int checked = 0;
+  for (int it = 0; it < 200; ++it) {
+    const int64_t w = 3 + static_cast<int64_t>(rng() % 4);  // side 3..6
+    struct Piece {
+      int64_t x0, x1, y0, y1;
+    };
+    std::vector<Piece> pieces{{0, w, 0, w}};
+    const int target = 3 + static_cast<int>(rng() % 4);  // 3..6 pieces
+    for (int guard = 0; static_cast<int>(pieces.size()) < target && guard < 100; ++guard) {
+      const size_t k = rng() % pieces.size();
+      const Piece p = pieces[k];
+      const bool cut_x = rng() % 2 == 0;
+      if (cut_x && p.x1 - p.x0 >= 2) {
+        const int64_t c = p.x0 + 1 + static_cast<int64_t>(rng() % (p.x1 - p.x0 - 1));
+        pieces[k] = {p.x0, c, p.y0, p.y1};
+        pieces.push_back({c, p.x1, p.y0, p.y1});
+      } else if (!cut_x && p.y1 - p.y0 >= 2) {
+        const int64_t c = p.y0 + 1 + static_cast<int64_t>(rng() % (p.y1 - p.y0 - 1));
+        pieces[k] = {p.x0, p.x1, p.y0, c};
+        pieces.push_back({p.x0, p.x1, c, p.y1});
+      }
+    }
+    if (it % 2 == 1) pieces.erase(pieces.begin() + static_cast<long>(rng() % pieces.size()));
+    std::vector<AllocBuffer> b;
+    for (const Piece& p : pieces) {
+      b.push_back({p.x0, p.x1, static_cast<uint64_t>(p.y1 - p.y0), 1});
+    }
+    const uint64_t opt = brute_min_height(b);
+    ASSERT_LE(opt, static_cast<uint64_t>(w)) << "instance " << it;  // the square is a packing
+    for (int heuristics : {1, 6}) {
+      AllocSolveOptions o;
+      o.heuristics = heuristics;
+      const AllocResult at = solve_allocation(b, opt, o);
+      ASSERT_EQ(at.status, AllocStatus::kFeasible) << "instance " << it;
+      EXPECT_EQ(buffers_problem(b, at.offsets, opt), "") << "instance " << it;
+      EXPECT_EQ(solve_allocation(b, opt - 1, o).status, AllocStatus::kInfeasible)
+          << "instance " << it << " heuristics " << heuristics;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 200);
+}
+
 // Larger random instances (no brute force): every layout found is valid, a capacity below the
 // live-size bound is refused, and the portfolio's answer does not depend on the thread count.
 TEST(ExactSolver, ValidAndDeterministicAcrossThreads) {

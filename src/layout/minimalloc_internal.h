@@ -66,6 +66,8 @@ struct SearchConfig {
   bool strong = true;          // the unallocated-floor threshold bound
   bool memo = true;            // remember failed region states
   bool leftmost = false;       // branch at the leftmost lowest cell, not the most constrained
+  bool contact = false;        // candidates whose top meets a neighbouring section's height
+                               // first (then the heuristic's order)
   int64_t restart_base = 1000; // Luby restarts of this many nodes; 0: none
   double noise = 1.0;          // candidate-order perturbation at restarts (x number of buffers)
   uint64_t seed = 1;

@@ -112,6 +112,7 @@ class Search::Impl {
 
   Impl(Instance inst, const SearchConfig& cfg)
       : in_(std::move(inst)), strong_(cfg.strong), memo_(cfg.memo), leftmost_(cfg.leftmost),
+        contact_(cfg.contact),
         restart_base_(cfg.restart_base), seed_(cfg.seed), noise_(cfg.noise) {
     init();
   }
@@ -638,7 +639,22 @@ class Search::Impl {
       }
     }
     const int ce = static_cast<int>(cand_pool_.size());
-    if (best_sec > best_r0) {
+    if (contact_ && ce - cb > 1) {
+      // Contact first: a candidate whose top would meet the height of the section just before
+      // or just after its span levels the skyline there (a tight packing is a stack of such
+      // contacts); 2 contacts before 1 before none, then the heuristic's order. Only the order
+      // of the alternatives changes, never the set: the search stays complete.
+      auto contacts = [&](int b) {
+        const int64_t top = hh + in_.size[b];
+        return (in_.sa[b] > 0 && h_[in_.sa[b] - 1] == top ? 1 : 0) +
+               (in_.sb[b] < in_.num_sections && h_[in_.sb[b]] == top ? 1 : 0);
+      };
+      std::stable_sort(cand_pool_.begin() + cb, cand_pool_.end(), [&](int a, int b) {
+        const int x = contacts(a), y = contacts(b);
+        if (x != y) return x > y;
+        return in_.rank[a] < in_.rank[b];
+      });
+    } else if (best_sec > best_r0) {
       std::sort(cand_pool_.begin() + cb, cand_pool_.end(),
                 [&](int a, int b) { return in_.rank[a] < in_.rank[b]; });
     }
@@ -774,6 +790,7 @@ class Search::Impl {
   std::vector<uint64_t> keys_;
   std::vector<int> base_rank_;
   bool leftmost_ = false;
+  bool contact_ = false;
   int64_t restart_base_ = 1000, next_restart_ = 0, restart_index_ = 0;
   uint64_t seed_ = 1;
   double noise_ = 1.0;

@@ -318,6 +318,9 @@ Portfolio run_portfolio(const Prepared& p, int64_t cap, const AllocSolveOptions&
     cfg.strong = options.unallocated_floor && spans <= kStrongSpanLimit;
     cfg.memo = n <= kMemoBufferLimit;
     cfg.leftmost = entries[k].leftmost;
+    // The contact order where the search branches at the most constrained cell (MiniMalloc's
+    // instances); the time sweep keeps the heuristic's order (training graphs).
+    cfg.contact = options.contact_order && !entries[k].leftmost;
     cfg.restart_base = lowest ? 0 : (n <= 500 ? 1000 : 100 * static_cast<int64_t>(n));
     cfg.seed = static_cast<uint64_t>(k) + 1;
     searches.push_back(

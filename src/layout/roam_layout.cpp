@@ -589,6 +589,7 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
     AllocSolveOptions o;
     o.unallocated_floor = true;
     o.time_sweep = true;
+    o.contact_order = false;  // the second pass too: the arenas were measured without it
     o.max_probes = 4;
     // A dive takes up to a few hundred nodes per buffer on training graphs; a probe at a
     // tight capacity gets a few restarts' worth. Scale the defaults with the leaf.
