@@ -14,6 +14,7 @@ namespace {
 
 using roamtest::GraphJson;
 using json = nlohmann::json;
+using roamtest::random_remat_graph;
 
 json plan_doc(const roam::Graph& g, const std::vector<std::string>& order, const json& offsets,
               const json& recompute, const json& stats) {
@@ -162,18 +163,6 @@ TEST(PlanV2, WorkspaceOffsetsPerAppearance) {
 }
 
 // ---- plan_with_budget -------------------------------------------------------------------------
-
-json random_remat_graph(uint64_t seed, int ops) {
-  roamtest::RandomGraphOptions o;
-  o.num_ops = ops;
-  json doc = roamtest::random_graph_json(seed, o);
-  std::mt19937_64 rng(seed * 7 + 1);
-  for (json& op : doc["ops"]) {
-    op["recomputable"] = rng() % 10 < 7;
-    op["cost"] = static_cast<double>(1 + rng() % 100) / 1000.0;
-  }
-  return doc;
-}
 
 TEST(GraphRemat, BudgetAtOrAboveNoRematPeakGivesVersion1) {
   const roam::Graph g = roamtest::alias_remat_graph().parse();

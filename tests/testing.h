@@ -771,4 +771,18 @@ inline std::string buffers_problem(const std::vector<roam::AllocBuffer>& b,
   return "";
 }
 
+/// A random graph (random_graph_json) with 70% of its ops recomputable and each op's `cost`
+/// 0.001-0.1 s: the instances of the plan_with_budget property tests.
+inline json random_remat_graph(uint64_t seed, int ops) {
+  RandomGraphOptions o;
+  o.num_ops = ops;
+  json doc = random_graph_json(seed, o);
+  std::mt19937_64 rng(seed * 7 + 1);
+  for (json& op : doc["ops"]) {
+    op["recomputable"] = rng() % 10 < 7;
+    op["cost"] = static_cast<double>(1 + rng() % 100) / 1000.0;
+  }
+  return doc;
+}
+
 }  // namespace roamtest

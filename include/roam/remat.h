@@ -45,13 +45,21 @@
 //     budget grows: the candidates, their plans and bounds do not depend on the budget.
 //     A near miss is not planned fully when one exact cut (min_live_at_op at the ops with the
 //     most bytes live in its quick order) already proves its Tp above the budget's arena part,
-//     before its full lower bound is computed.
+//     before its full lower bound is computed. The cut at the busiest op of its lescea order is
+//     taken before the layouts: a candidate it rules out (resident + cut > budget; no plan of
+//     it fits, near or not) gets no llfb / best_fit layouts unless a refusal needs its quick
+//     peak (step 5). The expanded graphs of the quick plans carry no names (ids, meta). Neither
+//     changes a plan or a refusal (tests/test_remat_defer.cpp); on GPT-2 XL b1 at f = 0.3 and
+//     below, at most 2 of its 554 candidates get layouts (they took half of the time).
 //  5. A refusal names the smallest budget that steps 1-4 meet: the least of the quick peaks, of
 //     the full-plan peaks of the near misses, and, for every other candidate whose quick arena
 //     would be near below that, max(its full-plan peak, the least budget at which it is near)
 //     (lowest quick peak first; skipped where an exact cut or its proven lower bound shows it
 //     cannot go lower); and the plan without recomputation where g's bound is below it. So
 //     planning at the named budget succeeds and no budget below it is met (without a time cut).
+//     Candidates whose layouts step 4 deferred are laid out first, least cut bound first, while
+//     resident + their cut is below the smallest so far (the cut bounds every plan of theirs,
+//     so the others can lower neither the smallest nor, by a full plan, the answer).
 //  The plan without recomputation is made only when the budget is at least resident + g's
 //  proven lower bound (below it no order of g fits) or to name the smallest budget met.
 //  Time: the whole call ends by the earlier of options.deadline and start +
@@ -94,7 +102,11 @@ struct RematStats {
   double quick_seconds = 0;  // wall time of the quick plans (step 4)
   double full_seconds = 0;   // wall time of the full plans (step 4)
   size_t bound_skips = 0;    // near misses not planned fully: their proven bound is above
+  size_t deferred = 0;       // candidates whose cut bound ruled them out: no quick layouts
+  size_t resolved = 0;       // of those, laid out for a refusal's smallest budget
   double bound_seconds = 0;  // wall time of those bounds
+  double base_seconds = 0;   // wall time of the no-recomputation checks before step 1
+  double expand_seconds = 0; // wall time of building expanded graphs (step 3)
   bool time_limited = false; // the time limit cut the search short
   double seconds = 0;        // wall time of the whole call
 };

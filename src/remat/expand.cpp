@@ -130,7 +130,8 @@ Plan to_v2(const Graph& g, const Expanded& e, const Plan& xp, uint64_t lower_bou
 }
 
 // The graph with one extra op per recomputation (see remat.h, step 3).
-Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& clones) {
+Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& clones,
+                bool names) {
   const int32_t n = g.num_ops();
   const auto nt = static_cast<TensorIdx>(g.tensors.size());
   std::vector<char> cloned(n, 0);
@@ -165,9 +166,41 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
   Expanded e;
   Graph& x = e.graph;
   x.name = g.name;
-  x.meta = g.meta;
-  x.tensors = g.tensors;
+  // Without names: the tensors' and ops' numbers only (what the quick plan, liveness and cuts
+  // read); ids, names, dtypes, shapes, targets, modules, meta and the id maps stay empty.
+  auto bare_tensor = [](const Tensor& t) {
+    Tensor b;
+    b.size = t.size;
+    b.role = t.role;
+    b.alias_of = t.alias_of;
+    return b;
+  };
+  auto bare_op = [](const Op& op) {
+    Op b;
+    b.phase = op.phase;
+    b.inputs = op.inputs;
+    b.outputs = op.outputs;
+    b.after = op.after;
+    b.cost = op.cost;
+    b.workspace = op.workspace;
+    b.recomputable = op.recomputable;
+    return b;
+  };
+  if (names) {
+    x.meta = g.meta;
+    x.tensors = g.tensors;
+  } else {
+    for (const Tensor& t : g.tensors) x.tensors.push_back(bare_tensor(t));
+  }
   x.outputs = g.outputs;
+  size_t clone_outputs = 0;
+  for (OpIdx v : clones) clone_outputs += g.ops[v].outputs.size();
+  x.tensors.reserve(g.tensors.size() + clone_outputs);
+  x.ops.reserve(g.ops.size() + clones.size());
+  e.op_of.reserve(g.ops.size() + clones.size());
+  e.appearance.reserve(g.ops.size() + clones.size());
+  e.tensor_of.reserve(g.tensors.size() + clone_outputs);
+  e.instance.reserve(g.tensors.size() + clone_outputs);
   e.tensor_of.resize(nt);
   e.instance.assign(nt, 0);
   for (TensorIdx t = 0; t < nt; ++t) e.tensor_of[t] = t;
@@ -183,20 +216,24 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
   // Per expanded op: ops of g to follow, their original appearance only (`first`), or every
   // appearance (`every`).
   std::vector<std::vector<OpIdx>> after_first, after_every;
+  after_first.reserve(g.ops.size() + clones.size());
+  after_every.reserve(g.ops.size() + clones.size());
   auto emit_clone = [&](OpIdx v) {
     const Op& op = g.ops[v];
     Op c;
-    c.id = op.id + "#1";
-    c.target = op.target;
+    if (names) {
+      c.id = op.id + "#1";
+      c.target = op.target;
+      c.module = op.module;
+    }
     c.phase = Phase::kBackward;
     c.cost = op.cost;
     c.workspace = op.workspace;
     c.recomputable = op.recomputable;
-    c.module = op.module;
     for (TensorIdx t : op.inputs) c.inputs.push_back(current(t));
     for (TensorIdx t : op.outputs) {
-      Tensor ct = g.tensors[t];
-      ct.id = g.tensors[t].id + "#1";
+      Tensor ct = names ? g.tensors[t] : bare_tensor(g.tensors[t]);
+      if (names) ct.id = g.tensors[t].id + "#1";
       ct.producer = -1;
       ct.role = Role::kNone;
       ct.alias_of = g.tensors[t].alias_of >= 0 ? current(g.tensors[t].alias_of) : -1;
@@ -224,7 +261,7 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
   for (OpIdx w = 0; w <= n; ++w) {
     for (OpIdx v : due[w]) emit_clone(v);
     if (w == n) break;
-    Op op = g.ops[w];
+    Op op = names ? g.ops[w] : bare_op(g.ops[w]);
     if (op.phase != Phase::kForward) {
       for (TensorIdx& t : op.inputs) t = current(t);
       for (TensorIdx t : op.outputs) {
@@ -259,21 +296,30 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
     std::sort(op.after.begin(), op.after.end());
     op.after.erase(std::unique(op.after.begin(), op.after.end()), op.after.end());
   }
-  for (TensorIdx t = 0; t < static_cast<TensorIdx>(x.tensors.size()); ++t) x.tensor_index.emplace(x.tensors[t].id, t);
-  for (OpIdx k = 0; k < x.num_ops(); ++k) x.op_index.emplace(x.ops[k].id, k);
+  if (names) {
+    for (TensorIdx t = 0; t < static_cast<TensorIdx>(x.tensors.size()); ++t) x.tensor_index.emplace(x.tensors[t].id, t);
+    for (OpIdx k = 0; k < x.num_ops(); ++k) x.op_index.emplace(x.ops[k].id, k);
+  }
   finalize_graph(x, "(recomputation graph of " + g.name + ")");
   return e;
 }
 
 // The fast plan of an expanded graph: lescea order, the better of llfb and best_fit.
-uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order, std::vector<uint64_t>& offsets) {
-  order = order_lescea(e.graph, alignment);
+Order quick_order(const Expanded& e, uint64_t alignment) { return order_lescea(e.graph, alignment); }
+
+uint64_t quick_layout(const Expanded& e, uint64_t alignment, const Order& order,
+                      std::vector<uint64_t>& offsets) {
   const Liveness live = compute_liveness(e.graph, order);
   Layout a = layout_llfb(e.graph, live, alignment);
   Layout b = layout_best_fit(e.graph, live, alignment);
   Layout& best = b.reserved_bytes < a.reserved_bytes ? b : a;
   offsets = std::move(best.offsets);
-  return e.graph.resident_bytes + best.reserved_bytes;
+  return best.reserved_bytes;
+}
+
+uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order, std::vector<uint64_t>& offsets) {
+  order = quick_order(e, alignment);
+  return e.graph.resident_bytes + quick_layout(e, alignment, order, offsets);
 }
 
 }  // namespace roam::remat_internal

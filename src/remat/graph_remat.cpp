@@ -21,10 +21,11 @@ namespace roam {
 
 using remat_internal::Expanded;
 using remat_internal::expand;
-using remat_internal::quick_peak;
 using remat_internal::Structure;
 using remat_internal::analyse;
 using remat_internal::to_v2;
+using remat_internal::SpanOption;
+using remat_internal::choose_spans;
 
 namespace {
 
@@ -149,101 +150,18 @@ Candidate make_candidate(const Graph& g, const Structure& st, const std::vector<
   return c;
 }
 
-// One way to treat a span of consecutive units: the ops it recomputes, their exact seconds, the
-// bytes of stored activations that no longer wait for the backward pass, and all of the span's
-// activation bytes (live again during its backward when it recomputes).
-struct SpanOption {
-  int32_t length = 1;  // units
-  std::vector<OpIdx> clones;
-  double cost = 0;
-  uint64_t dropped = 0;
-  uint64_t full = 0;
-};
-
-// Rotor's chain with Rockmate's options, one level of recomputation over spans of units: a span
-// is recomputed (if at all) just before its backward, when every span before it holds what it
-// kept and the span holds all of its activations again. Minimises the recompute seconds subject
-// to kept(before the span) + full(span) <= model_budget for every span, by a dynamic program over
-// unit boundaries whose state is the Pareto front of (bytes kept so far, seconds). options[i]:
-// the options of the spans that start at unit i. Returns the chosen options in order, or an
-// empty vector when the model budget is unreachable.
-std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOption>>& options,
-                                            uint64_t model_budget) {
-  struct State {
-    uint64_t kept;
-    double cost;
-    int32_t from;     // unit boundary of the previous state
-    int32_t parent;   // its index in fronts[from]
-    const SpanOption* option;
-  };
-  const size_t m = options.size();
-  // States reaching a boundary go to one of kBuckets buckets of bytes kept (the least seconds
-  // per bucket, ties: the least bytes), so that a boundary's Pareto front costs a pass over its
-  // buckets instead of a sort of every state; then thinned to kMaxFront states evenly (keeping
-  // both ends).
-  constexpr size_t kBuckets = 2048;
-  constexpr size_t kMaxFront = 256;
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<State>> buckets(m + 1), fronts(m + 1);
-  auto push = [&](size_t at, const State& s) {
-    auto& b = buckets[at];
-    if (b.empty()) b.assign(kBuckets, State{0, inf, -1, -1, nullptr});
-    const auto k = static_cast<size_t>(static_cast<long double>(s.kept) * kBuckets /
-                                       (static_cast<long double>(model_budget) + 1));
-    State& cur = b[std::min(k, kBuckets - 1)];
-    if (s.cost < cur.cost || (s.cost == cur.cost && s.kept < cur.kept)) cur = s;
-  };
-  push(0, {0, 0.0, -1, -1, nullptr});
-  for (size_t i = 0; i <= m; ++i) {
-    std::vector<State> pareto;  // kept increasing, cost strictly decreasing
-    for (const State& st : buckets[i]) {
-      if (st.cost == inf) continue;
-      if (pareto.empty() || st.cost < pareto.back().cost) pareto.push_back(st);
-    }
-    std::vector<State>().swap(buckets[i]);
-    if (pareto.size() > kMaxFront) {
-      std::vector<State> thin;
-      for (size_t k = 0; k < kMaxFront; ++k) thin.push_back(pareto[k * (pareto.size() - 1) / (kMaxFront - 1)]);
-      pareto = std::move(thin);
-    }
-    fronts[i] = std::move(pareto);
-    const auto& f = fronts[i];
-    if (i == m) break;
-    for (size_t k = 0; k < f.size(); ++k) {
-      for (const SpanOption& o : options[i]) {
-        if (f[k].kept + o.full > model_budget) continue;
-        push(i + static_cast<size_t>(o.length),
-             {f[k].kept + o.full - std::min(o.full, o.dropped), f[k].cost + o.cost,
-              static_cast<int32_t>(i), static_cast<int32_t>(k), &o});
-      }
-    }
-  }
-  if (fronts[m].empty()) return {};
-  size_t best = 0;
-  for (size_t k = 1; k < fronts[m].size(); ++k) {
-    if (fronts[m][k].cost < fronts[m][best].cost) best = k;
-  }
-  std::vector<const SpanOption*> chosen;
-  int32_t i = static_cast<int32_t>(m), k = static_cast<int32_t>(best);
-  while (i > 0) {
-    const State& st = fronts[i][k];
-    chosen.push_back(st.option);
-    i = st.from;
-    k = st.parent;
-  }
-  std::reverse(chosen.begin(), chosen.end());
-  return chosen;
-}
-
 // ROAM_REMAT_TIMERS=1: where the time went, one line on stderr (diagnostics; no effect on plans).
 void report_timers(const RematStats& s) {
   const char* env = std::getenv("ROAM_REMAT_TIMERS");
   if (!env || !*env || *env == '0') return;
   std::fprintf(stderr,
-               "remat: units %zu candidates %zu evaluated %zu full %zu bound_skips %zu | "
-               "candidates %.2f s quick %.2f s bounds %.2f s full %.2f s total %.2f s\n",
-               s.units, s.candidates, s.evaluated, s.full_plans, s.bound_skips,
-               s.candidate_seconds, s.quick_seconds, s.bound_seconds, s.full_seconds, s.seconds);
+               "remat: units %zu candidates %zu evaluated %zu deferred %zu resolved %zu full %zu "
+               "bound_skips %zu | base %.2f s "
+               "candidates %.2f s expand %.2f s quick %.2f s bounds %.2f s full %.2f s total %.2f s\n",
+               s.units, s.candidates, s.evaluated, s.deferred, s.resolved, s.full_plans,
+               s.bound_skips, s.base_seconds,
+               s.candidate_seconds, s.expand_seconds, s.quick_seconds, s.bound_seconds,
+               s.full_seconds, s.seconds);
 }
 
 }  // namespace
@@ -272,6 +190,12 @@ BudgetInfeasible::BudgetInfeasible(uint64_t budget_bytes, uint64_t smallest, uin
 
 PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t budget_bytes,
                             RematStats* stats_out) {
+  return remat_internal::plan_with_budget(g, request, budget_bytes, stats_out, true);
+}
+
+PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& request,
+                                            uint64_t budget_bytes, RematStats* stats_out,
+                                            bool defer_layouts) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -327,6 +251,7 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     }
   }
 
+  stats.base_seconds = elapsed();
   // Tiny graphs: every schedule (exact).
   bool exhaustive = false;
   uint64_t exhaustive_smallest = 0;
@@ -576,11 +501,38 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     const Plan& best = full.plan.stats.peak_bytes <= quick.stats.peak_bytes ? full.plan : quick;
     return to_v2(g, e, best, lb);
   };
-  auto timed_quick_peak = [&](const Expanded& e, Order& order, std::vector<uint64_t>& offsets) {
+  auto timed_expand = [&](const std::vector<OpIdx>& clones, bool names) {
     const auto t = Clock::now();
-    const uint64_t peak = quick_peak(e, alignment, order, offsets);
+    Expanded e = expand(g, st, clones, names);
+    stats.expand_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+    return e;
+  };
+  auto timed_quick_order = [&](const Expanded& e) {
+    const auto t = Clock::now();
+    Order order = remat_internal::quick_order(e, alignment);
+    stats.quick_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+    return order;
+  };
+  auto timed_quick_layout = [&](const Expanded& e, const Order& order,
+                                std::vector<uint64_t>& offsets) {
+    const auto t = Clock::now();
+    const uint64_t peak =
+        g.resident_bytes + remat_internal::quick_layout(e, alignment, order, offsets);
     stats.quick_seconds += std::chrono::duration<double>(Clock::now() - t).count();
     return peak;
+  };
+  // min_live_at_op at the first of the ops with the most bytes live in `order`: a proven lower
+  // bound on the Tp of any order of e (and so on its quick and full plans' arenas).
+  auto busiest_cut = [&](const Expanded& e, const Order& order) -> uint64_t {
+    const auto t = Clock::now();
+    uint64_t cut = 0;
+    const std::vector<uint64_t> live = live_bytes_at_ops(e.graph, order, alignment);
+    const auto top = std::max_element(live.begin(), live.end());  // first of the largest
+    if (top != live.end()) {
+      cut = min_live_at_op(e.graph, static_cast<OpIdx>(top - live.begin()), alignment);
+    }
+    stats.bound_seconds += std::chrono::duration<double>(Clock::now() - t).count();
+    return cut;
   };
   auto result = [&](Plan plan) {
     PlanResult r;
@@ -630,6 +582,9 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   std::vector<uint64_t> quick(candidates.size(), 0);      // quick peak, 0: not evaluated
   std::vector<char> planned_fully(candidates.size(), 0);
   std::vector<uint64_t> cut_bound(candidates.size(), 0);  // a proven bound on the Tp of each
+  // Candidates whose cut bound alone rules them out at this budget: expanded and ordered, their
+  // layouts (quick[i]) not made (main loop below).
+  std::vector<char> deferred(candidates.size(), 0);
   // The least budget at which a candidate of quick peak `peak` counts as near (the test below).
   const uint64_t resident = g.resident_bytes;
   auto is_near = [&](uint64_t peak, uint64_t budget) {
@@ -647,10 +602,10 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   auto first_near_that_fits = [&]() -> std::optional<Plan> {
     for (; near_tried < near.size(); ++near_tried) {
       if (out_of_time()) break;
-      const Expanded e = expand(g, st, candidates[near[near_tried].index].clones);
-      Order order;
+      const Expanded e = timed_expand(candidates[near[near_tried].index].clones, true);
+      const Order order = timed_quick_order(e);
       std::vector<uint64_t> offsets;
-      timed_quick_peak(e, order, offsets);
+      timed_quick_layout(e, order, offsets);
       Plan plan = plan_fully(e, order, offsets);
       planned_fully[near[near_tried].index] = 1;
       smallest = std::min(smallest, plan.stats.peak_bytes);
@@ -663,25 +618,26 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     if (out_of_time()) break;
     Expanded e;
     try {
-      e = expand(g, st, c.clones);
+      e = timed_expand(c.clones, false);
     } catch (const InputError&) {
       continue;  // the recomputation's edges contradict the graph's order: not a schedule
     }
     ++stats.evaluated;
-    Order order;
+    const Order order = timed_quick_order(e);
+    // The exact cut at the quick order's busiest op: a proven bound on any plan of the
+    // candidate (its quick plan included).
+    cut_bound[i] = busiest_cut(e, order);
+    if (defer_layouts && resident + cut_bound[i] > budget_bytes) {
+      // No plan of it fits (the cut_exceeds test below would reject it as a near miss too): its
+      // layouts wait until a refusal needs its quick peak (the smallest budget met, below).
+      deferred[i] = 1;
+      ++stats.deferred;
+      continue;
+    }
     std::vector<uint64_t> offsets;
-    const uint64_t peak = timed_quick_peak(e, order, offsets);
+    const uint64_t peak = timed_quick_layout(e, order, offsets);
     quick[i] = peak;
     smallest = std::min(smallest, peak);
-    {  // the exact cut at the quick order's busiest op: a proven bound for the refusal below
-      const auto t = Clock::now();
-      const std::vector<uint64_t> live = live_bytes_at_ops(e.graph, order, alignment);
-      const auto top = std::max_element(live.begin(), live.end());  // first of the largest
-      if (top != live.end()) {
-        cut_bound[i] = min_live_at_op(e.graph, static_cast<OpIdx>(top - live.begin()), alignment);
-      }
-      stats.bound_seconds += std::chrono::duration<double>(Clock::now() - t).count();
-    }
     if (peak > budget_bytes) {
       // Near: the arena within 25% above the budget's arena part (resident excluded), and
       // resident + the schedule's proven lower bound within the budget (no plan of it fits
@@ -704,7 +660,7 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
     // The first candidate (least recompute seconds) whose quick plan fits; the cheaper near
     // misses get their full plan first, so that the recompute seconds never rise with the budget.
     if (std::optional<Plan> cheaper = first_near_that_fits()) return result(std::move(*cheaper));
-    return result(plan_fully(e, order, offsets));
+    return result(plan_fully(timed_expand(c.clones, true), order, offsets));
   }
   // No quick plan fits: the near misses, least recompute seconds first, planned fully.
   if (std::optional<Plan> plan = first_near_that_fits()) return result(std::move(*plan));
@@ -717,6 +673,27 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   // Without this the answer came from quick peaks alone, above budgets a full plan meets
   // (vit_b_16-b1: 1078.8 MiB named, 1073.7 MiB met).
   {
+    // The quick peaks of the deferred candidates that could still lower it (resident + cut
+    // bound below the smallest so far; the cut bound bounds the quick peak and every full plan),
+    // least cut first. Those left keep quick[i] = 0: neither their quick peak nor (below) a
+    // full plan of theirs can go below the smallest, so the answer is the one every quick peak
+    // gives.
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (deferred[i]) pending.push_back(i);
+    }
+    std::stable_sort(pending.begin(), pending.end(),
+                     [&](size_t a, size_t b) { return cut_bound[a] < cut_bound[b]; });
+    for (size_t i : pending) {
+      if (resident + cut_bound[i] >= smallest || out_of_time()) break;
+      const Expanded e = timed_expand(candidates[i].clones, false);
+      const Order order = timed_quick_order(e);
+      std::vector<uint64_t> offsets;
+      quick[i] = timed_quick_layout(e, order, offsets);
+      deferred[i] = 0;
+      ++stats.resolved;
+      smallest = std::min(smallest, quick[i]);
+    }
     std::vector<size_t> by_peak;
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (quick[i] > 0 && !planned_fully[i]) by_peak.push_back(i);
@@ -727,10 +704,8 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
       if (out_of_time()) break;
       const uint64_t from = near_from(quick[i]);
       if (from >= smallest || resident + cut_bound[i] >= smallest) continue;
-      const Expanded e = expand(g, st, candidates[i].clones);
-      Order order;
-      std::vector<uint64_t> offsets;
-      timed_quick_peak(e, order, offsets);
+      const Expanded e = timed_expand(candidates[i].clones, false);
+      const Order order = timed_quick_order(e);
       const uint64_t below = smallest - 1 - std::min(smallest - 1, resident);  // arena to beat
       const auto t = Clock::now();
       const bool hopeless = cut_exceeds(e, order, below) ||
@@ -740,7 +715,10 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
         ++stats.bound_skips;
         continue;
       }
-      const Plan plan = plan_fully(e, order, offsets);
+      const Expanded named = timed_expand(candidates[i].clones, true);
+      std::vector<uint64_t> offsets;
+      timed_quick_layout(named, order, offsets);
+      const Plan plan = plan_fully(named, order, offsets);
       planned_fully[i] = 1;
       smallest = std::min(smallest, std::max(plan.stats.peak_bytes, from));
     }

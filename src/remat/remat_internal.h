@@ -10,6 +10,7 @@
 
 #include "roam/graph.h"
 #include "roam/plan.h"
+#include "roam/remat.h"
 
 namespace roam::remat_internal {
 
@@ -72,11 +73,20 @@ std::vector<StairPoint> span_staircase(const Graph& g, const Structure& st, int3
 /// clone reads the clones of its inputs where they exist, backward readers are rewired to the
 /// clones, and control edges keep the old instance's forward readers before the clone and run
 /// the clone no earlier than the op before its first backward reader in program order (remat.h
-/// step 3). Throws InputError when those edges contradict the graph's order.
-Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& clones);
+/// step 3). Throws InputError when those edges contradict the graph's order. `names` false:
+/// the same graph (same indices, sizes, roles, aliases, edges, phases, costs, workspaces) without
+/// ids, names, dtypes, shapes, targets, modules, meta and id maps, about half the time on
+/// GPT-2 XL; enough for quick_peak, liveness and the cut bounds, not for make_plan's roam order
+/// (which reads meta) or for messages that name ids.
+Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& clones,
+                bool names = true);
 
-/// The fast plan of an expanded graph: lescea order, the better of llfb and best_fit layouts;
-/// returns resident + arena.
+/// The fast plan of an expanded graph: lescea order (quick_order), then the better of llfb and
+/// best_fit layouts of it, llfb on ties (quick_layout, returns the arena bytes); quick_peak
+/// does both and returns resident + arena.
+Order quick_order(const Expanded& e, uint64_t alignment);
+uint64_t quick_layout(const Expanded& e, uint64_t alignment, const Order& order,
+                      std::vector<uint64_t>& offsets);
 uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order,
                     std::vector<uint64_t>& offsets);
 
@@ -84,6 +94,33 @@ uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order,
 /// each expanded storage's offset to its (storage, instance) of g, the recomputation stats
 /// (from g's `cost`), `lower_bound` as lower_bound_bytes.
 Plan to_v2(const Graph& g, const Expanded& e, const Plan& xp, uint64_t lower_bound);
+
+/// One way to treat a span of consecutive units: the ops it recomputes, their exact seconds, the
+/// bytes of stored activations that no longer wait for the backward pass, and all of the span's
+/// activation bytes (live again during its backward when it recomputes).
+struct SpanOption {
+  int32_t length = 1;  // units
+  std::vector<OpIdx> clones;
+  double cost = 0;
+  uint64_t dropped = 0;
+  uint64_t full = 0;
+};
+
+/// Rotor's chain with Rockmate's options, one level of recomputation over spans of units: a span
+/// is recomputed (if at all) just before its backward, when every span before it holds what it
+/// kept and the span holds all of its activations again. Minimises the recompute seconds subject
+/// to kept(before the span) + full(span) <= model_budget for every span, by a dynamic program over
+/// unit boundaries whose state is the Pareto front of (bytes kept so far, seconds). options[i]:
+/// the options of the spans that start at unit i. Returns the chosen options in order, or an
+/// empty vector when the model budget is unreachable.
+std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOption>>& options,
+                                            uint64_t model_budget);
+
+/// roam::plan_with_budget (remat.h) with `defer_layouts` true. false: every candidate gets its
+/// quick layouts in the main loop even when its cut bound already rules it out at the budget
+/// (the method before the layouts were deferred; the same plans and refusals, slower).
+PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t budget_bytes,
+                            RematStats* stats, bool defer_layouts);
 
 /// Exact search on tiny graphs (at most kExhaustiveOps ops and kExhaustiveRecomputable
 /// recomputable ops): every valid schedule in which each op runs once and each recomputable op
