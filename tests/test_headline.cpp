@@ -248,6 +248,28 @@ TEST(Headline, PlanWithBudget) {
   check_plan_headline(graph, "--budget " + std::to_string(peak + 1000));  // met without recomputing
 }
 
+// Under a budget that recomputes, the "Tp bound" line is the bound with recomputation allowed (a
+// floor for any budget): it must not say that no order's Tp is lower (a fresh reader read
+// "Tp / bound = 3.0040" as a plan three times the optimum).
+TEST(Headline, TpBoundLineSaysWhichBound) {
+  const std::string graph = bench_graph("vit_b_16-b1-adam.json.gz");
+  roamtest::TempDir dir;
+  const CliResult plain = run_roam(dir, "plan " + graph + " -o " + dir.file("p.json"));
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(plain.out.find("Tp bound"), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("(no order's Tp is lower; "), std::string::npos) << plain.out;
+  const json p = json::parse(roamtest::read_text(dir.file("p.json")));
+  const uint64_t peak = p.at("stats").at("peak_bytes").get<uint64_t>();
+  const uint64_t resident = p.at("stats").at("resident_bytes").get<uint64_t>();
+  const CliResult v2 = run_roam(dir, "plan " + graph + " -o " + dir.file("q.json") + " --budget " +
+                                         std::to_string(resident + (peak - resident) * 9 / 10));
+  ASSERT_EQ(v2.status, 0) << v2.err;
+  ASSERT_EQ(json::parse(roamtest::read_text(dir.file("q.json"))).at("version"), 2);
+  EXPECT_EQ(v2.out.find("no order's Tp is lower"), std::string::npos) << v2.out;
+  EXPECT_NE(v2.out.find("(no schedule's Tp is lower, recomputing as much as it likes"),
+            std::string::npos) << v2.out;
+}
+
 TEST(Headline, CompareCollapsesTies) {
   const std::string graph = bench_graph("alexnet-b1-adam.json.gz");
   roamtest::TempDir dir;

@@ -277,3 +277,40 @@ def test_other_shape_names_the_input_and_is_counted():
                                          r"strides \(1, 4\) given, \(128, 1\) captured"):
         step(xt, batches[2][1])
     assert step.eager_steps()[want] == 2 and len(step.eager_steps()) == 2
+
+
+# ---------------------------------------------------------------- 4. a graph without workspaces
+
+def small_cnn():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(2, 3, 8, 8, generator=g), torch.randint(0, 4, (2,), generator=g))
+               for _ in range(2)]
+    eager_step(model, opt, F.cross_entropy, batches[0])
+    return model, opt, batches
+
+
+def test_capture_without_the_extension_warns_and_its_plan_is_refused_with_the_cause(
+        monkeypatch):
+    """A fresh reader captured before roam._native was built: the graph had no workspaces, and
+    a plan made from it was refused later naming only 'workspace of op ... has no offset'."""
+    import roam.capture.workspace as wsmod
+    model, opt, batches = small_cnn()
+    with_ext = roam.capture(*copy.deepcopy((model, opt)), F.cross_entropy, batches[0]).graph
+    measured_ops = [op["id"] for op in with_ext["ops"] if op.get("workspace", 0) > 0]
+    assert measured_ops  # MKL-DNN convolutions allocate scratch on this CPU
+    monkeypatch.setattr(wsmod, "native_available", lambda: False)
+    with pytest.warns(UserWarning, match="roam._native is not built, so the kernel workspaces"):
+        bare = roam.capture(*copy.deepcopy((model, opt)), F.cross_entropy, batches[0]).graph
+    monkeypatch.undo()
+    assert not any("workspace" in op for op in bare["ops"])
+    assert bare["meta"]["capture"]["workspace"]["mode"] == "none"
+    plan = plan_graph(bare)  # the user planned the graph without workspaces
+    with pytest.warns(UserWarning, match="the plan was made from a graph with other kernel "
+                                         "workspaces"):
+        step = optimize(*copy.deepcopy((model, opt)), F.cross_entropy, batches[0], plan=plan)
+    assert step.program is None
+    assert f"workspace of op '{measured_ops[0]}'" in step.unplanned_reason

@@ -312,8 +312,12 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
                  "but may not be the best roam finds with more time (--time-limit)\n";
   }
   std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
-            << "Tp bound       " << mib(st.lower_bound_bytes) << " MiB (no order's Tp is lower; "
-               "resident + this = the headline's lower bound; Tp / bound = "
+            << "Tp bound       " << mib(st.lower_bound_bytes)
+            << (r.plan.version >= 2
+                    ? " MiB (no schedule's Tp is lower, recomputing as much as it likes: a floor "
+                      "for any budget, not for this plan's recomputations; "
+                    : " MiB (no order's Tp is lower; ")
+            << "resident + this = the headline's lower bound; Tp / bound = "
             << (st.lower_bound_bytes ? fixed(static_cast<double>(st.theoretical_peak_bytes) /
                                                  static_cast<double>(st.lower_bound_bytes), 4)
                                      : std::string("n/a"))

@@ -1,6 +1,7 @@
 """The capture pipeline and its entry points (see the package docstring)."""
 
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -337,6 +338,11 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
         else:
             ws_meta = {"mode": "none", "why": "roam._native is not built: workspaces not "
                                               "measured"}
+            warnings.warn("roam.capture: roam._native is not built, so the kernel workspaces "
+                          "(scratch memory inside ops) are not measured and this graph has "
+                          "none: its plans under-count memory and do not fit a capture made "
+                          "with the extension (build it: README, first command)",
+                          stacklevel=3)
     dtypes = sorted({dtype_name(p.dtype) for p in state.params})
     trace_desc = ("torch.fx.experimental.proxy_tensor.make_fx, tracing_mode='real', one "
                   "steady-state step")

@@ -636,6 +636,13 @@ class RoamStep:
             if not rep["valid"]:
                 self.unplanned_reason = ("the plan is not valid for the captured graph: "
                                          + "; ".join(rep["problems"][:2]))
+                if any("workspace" in p for p in rep["problems"][:2]):
+                    self.unplanned_reason += (
+                        " (the plan was made from a graph with other kernel workspaces: "
+                        "workspaces are measured by the capture on the machine it runs on, "
+                        "and only when roam._native is built; plan the graph of this capture "
+                        "again, e.g. optimize(..., budget=...) or `roam plan` on "
+                        "optimize(...).graph saved with roam.capture)")
         if self.unplanned_reason is None:
             try:
                 self.program = Program.build(gm, graph, captured.op_nodes, plan["order"],
