@@ -676,12 +676,10 @@ class RoamStep:
             # the arena is held for the whole step: a plan whose arena alone is above the same
             # graph run eagerly cannot save anything (a graph whose workspaces were measured on
             # another machine or with another thread count than this run's)
-            self.program_order_reason = (
+            self._run_program_order(
                 f"the plan's arena ({self.planned_arena_bytes} B) is above the "
                 f"{self.eager_peak_bytes} B of the same graph run eagerly, so a planned step "
                 f"cannot hold less")
-            warnings.warn(f"roam: {self.program_order_reason}; running the program order with "
-                          f"ordinary allocation", stacklevel=3)
         if self.program is not None:
             self.session.configure(self.planned_arena_bytes, self.alignment,
                                    self.program.session_schedule(self.ranks),
@@ -701,14 +699,19 @@ class RoamStep:
             st = self._trial_step(_flatten_state(state))
             self.trial_total_bytes = int(st["total_peak"])
             if self.trial_total_bytes > self.eager_peak_bytes:
-                self.program_order_reason = (
+                self._run_program_order(
                     f"a planned trial step on copies measured {self.trial_total_bytes} B (arena "
                     f"{self.planned_arena_bytes} B + fallback heap peak {st['fallback_peak']} "
                     f"B), above the {self.eager_peak_bytes} B of the same graph run eagerly")
-                warnings.warn(f"roam: {self.program_order_reason}; running the program order "
-                              f"with ordinary allocation", stacklevel=3)
 
     # -------------------------------------------------------------- helpers
+    def _run_program_order(self, reason: str) -> None:
+        """Every step runs the program order with ordinary allocation, for ``reason`` (warned
+        once, here, and kept in ``program_order_reason``)."""
+        self.program_order_reason = reason
+        warnings.warn(f"roam: {reason}; running the program order with ordinary allocation",
+                      stacklevel=4)
+
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
