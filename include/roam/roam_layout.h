@@ -46,7 +46,25 @@
 //  - Dynamic decomposition. When the remaining buffers fall into groups that no lifetime connects
 //    (a time point that no unplaced buffer crosses), the groups are independent: each is solved
 //    on its own, and a group that fails makes the search backtrack past the choices made in the
-//    other groups (no thrashing).
+//    other groups (no thrashing; backjumping, below, generalises it).
+//  - Conflict-directed backjumping (Prosser's CBJ, as in CSP and SAT solvers). Every step taken
+//    without a choice depends on the state of a few sections only (its *reason*): a forced
+//    placement or waste at the cell (s, h) of a run on s and the run's two neighbours (whose
+//    height keeps every other buffer over s out of the run), a raise on the run and its
+//    neighbours, a section bound on its section, the unallocated-floor bound on the section where
+//    it fails and, per buffer counted there, one section of its span whose floor alone lifts its
+//    base that high. Walking back from a failure, the conflict (a set of sections) takes in the
+//    reason of every forced step that changed one of its sections; a choice whose decision
+//    changed none of them did not cause the failure, so its other alternatives are skipped. A
+//    choice that runs out of alternatives passes on the union of its alternatives' conflicts and
+//    its own cell's reason. The search stays complete (a skipped alternative would fail the same
+//    way).
+//  - Local nogoods. The conflict of an exhausted choice is a set of sections whose state (each
+//    one's floor and its unplaced buffers) alone admits no solution; it is kept (hashed, 16 per
+//    section of the choice's cell, conflicts of up to 64 sections) and a branching point at that
+//    section whose state agrees on those sections fails at once, backjumping on the same
+//    sections. Unlike the memo it matches states that differ elsewhere (the generated
+//    MiniMalloc-like instances, bench/RESULTS.md).
 //  - Failed-state memo. The state of such a group (heights and blocks of its sections, its
 //    unplaced buffers) determines everything below it, so a state whose alternatives were all
 //    exhausted is remembered (128-bit hash) and fails at once when reached again (e.g. the same

@@ -65,6 +65,8 @@ Instance make_instance(const Prepared& p, int64_t cap_units, int kind, bool mirr
 struct SearchConfig {
   bool strong = true;          // the unallocated-floor threshold bound
   bool memo = true;            // remember failed region states
+  bool backjump = true;        // conflict-directed backjumping (false: chronological)
+  bool learn = true;           // local nogoods from the backjumping conflicts
   bool leftmost = false;       // branch at the leftmost lowest cell, not the most constrained
   bool contact = false;        // candidates whose top meets a neighbouring section's height
                                // first (then the heuristic's order)
@@ -88,6 +90,11 @@ class Search {
             bool use_deadline);
   State state() const;
   int64_t nodes() const;
+  // How often backjumping skipped a choice, nogoods were learnt, a nogood failed a state.
+  struct Stats {
+    int64_t skipped = 0, learnt = 0, nogood_hits = 0;
+  };
+  Stats stats() const;
   // Offsets in units per buffer of the instance, once solved.
   const std::vector<int64_t>& offsets() const;
 

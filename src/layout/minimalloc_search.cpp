@@ -1,6 +1,7 @@
 // One branch-and-bound search of the exact static-allocation solver over one instance: a
 // skyline search over canonical placements with spatial inference, section lower bounds, a
-// dominance rule, a failed-state memo and Luby restarts (include/roam/roam_layout.h).
+// dominance rule, conflict-directed backjumping with local nogoods, a failed-state memo and Luby
+// restarts (include/roam/roam_layout.h).
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -8,110 +9,17 @@
 #include <utility>
 
 #include "minimalloc_internal.h"
+#include "minimalloc_structures.h"
 
 namespace roam::minimalloc {
-
-namespace {
-
-// Leftmost minimum and range maximum, with range assignment and point updates (lazy).
-class MinTree {
- public:
-  void init(int n) {
-    n_ = std::max(n, 1);
-    mn_.assign(4 * static_cast<size_t>(n_), kInf);
-    mx_.assign(4 * static_cast<size_t>(n_), kInf);
-    lz_.assign(4 * static_cast<size_t>(n_), -1);
-  }
-  int64_t max(int lo, int hi) { return max(1, 0, n_, lo, hi); }
-  // The first index in [lo, hi) whose value is above v, or hi.
-  int first_above(int lo, int hi, int64_t v) { return first_above(1, 0, n_, lo, hi, v); }
-  void assign(int lo, int hi, int64_t v) {
-    if (lo < hi) assign(1, 0, n_, lo, hi, v);
-  }
-  void set(int i, int64_t v) { assign(1, 0, n_, i, i + 1, v); }
-  // (min value, leftmost index) over [lo, hi); (kInf, -1) when all are kInf.
-  std::pair<int64_t, int> query(int lo, int hi) { return query(1, 0, n_, lo, hi); }
-
- private:
-  void push(size_t node) {
-    if (lz_[node] >= 0) {
-      for (size_t c : {2 * node, 2 * node + 1}) {
-        mn_[c] = lz_[node];
-        mx_[c] = lz_[node];
-        lz_[c] = lz_[node];
-      }
-      lz_[node] = -1;
-    }
-  }
-  void assign(size_t node, int nl, int nr, int lo, int hi, int64_t v) {
-    if (hi <= nl || nr <= lo) return;
-    if (lo <= nl && nr <= hi) {
-      mn_[node] = v;
-      mx_[node] = v;
-      lz_[node] = v;
-      return;
-    }
-    push(node);
-    const int mid = (nl + nr) / 2;
-    assign(2 * node, nl, mid, lo, hi, v);
-    assign(2 * node + 1, mid, nr, lo, hi, v);
-    mn_[node] = std::min(mn_[2 * node], mn_[2 * node + 1]);
-    mx_[node] = std::max(mx_[2 * node], mx_[2 * node + 1]);
-  }
-  int64_t max(size_t node, int nl, int nr, int lo, int hi) {
-    if (hi <= nl || nr <= lo) return std::numeric_limits<int64_t>::min();
-    if (lo <= nl && nr <= hi) return mx_[node];
-    push(node);
-    const int mid = (nl + nr) / 2;
-    return std::max(max(2 * node, nl, mid, lo, hi), max(2 * node + 1, mid, nr, lo, hi));
-  }
-  int first_above(size_t node, int nl, int nr, int lo, int hi, int64_t v) {
-    if (hi <= nl || nr <= lo || mx_[node] <= v) return hi;
-    if (nr - nl == 1) return nl;
-    push(node);
-    const int mid = (nl + nr) / 2;
-    const int a = first_above(2 * node, nl, mid, lo, hi, v);
-    if (a < hi) return a;
-    return first_above(2 * node + 1, mid, nr, lo, hi, v);
-  }
-  std::pair<int64_t, int> query(size_t node, int nl, int nr, int lo, int hi) {
-    if (hi <= nl || nr <= lo || mn_[node] >= kInf) return {kInf, -1};
-    if (nr - nl == 1) return {mn_[node], nl};
-    if (lo <= nl && nr <= hi) {
-      // Descend to the leftmost leaf holding the minimum.
-      const int64_t m = mn_[node];
-      while (nr - nl > 1) {
-        push(node);
-        const int mid = (nl + nr) / 2;
-        if (mn_[2 * node] == m) {
-          node = 2 * node;
-          nr = mid;
-        } else {
-          node = 2 * node + 1;
-          nl = mid;
-        }
-      }
-      return {m, nl};
-    }
-    push(node);
-    const int mid = (nl + nr) / 2;
-    auto a = query(2 * node, nl, mid, lo, hi);
-    if (a.first < kInf && a.first <= mn_[2 * node + 1]) return a;
-    auto b = query(2 * node + 1, mid, nr, lo, hi);
-    return b.first < a.first ? b : a;
-  }
-  int n_ = 1;
-  std::vector<int64_t> mn_, mx_, lz_;
-};
-
-}  // namespace
 
 class Search::Impl {
  public:
   using State = Search::State;
 
   Impl(Instance inst, const SearchConfig& cfg)
-      : in_(std::move(inst)), strong_(cfg.strong), memo_(cfg.memo), leftmost_(cfg.leftmost),
+      : in_(std::move(inst)), strong_(cfg.strong), memo_(cfg.memo), backjump_(cfg.backjump), learn_(cfg.learn),
+        leftmost_(cfg.leftmost),
         contact_(cfg.contact),
         restart_base_(cfg.restart_base), seed_(cfg.seed), noise_(cfg.noise) {
     init();
@@ -142,6 +50,7 @@ class Search::Impl {
   }
 
   State state() const { return state_; }
+  Stats stats() const { return stats_; }
   int64_t nodes() const { return nodes_; }
   const std::vector<int64_t>& offsets() const { return off_; }
 
@@ -164,6 +73,7 @@ class Search::Impl {
     choices_.clear();
     cand_pool_.clear();
     pend_pool_.clear();
+    conflict_ready_ = false;
     pending_ = root_pending_;
     failed_ = false;
     clean();
@@ -183,6 +93,13 @@ class Search::Impl {
     }
   }
 
+  // Sections a deduction depends on: the range [lo, hi) and up to two more (-1: none). A forced
+  // step at the cell (sec, h) of a run [r0, r1] depends on sec and on the run's two neighbours
+  // (their height keeps every other buffer over sec out of the run); a raise, a section bound or
+  // the unallocated-floor bound on a range.
+  struct Why {
+    int lo = 0, hi = 0, x1 = -1, x2 = -1;
+  };
   struct Region {
     int lo, hi;
     int64_t count;  // unplaced buffers inside
@@ -195,6 +112,7 @@ class Search::Impl {
     int cand_begin, cand_end, next;
     int pend_begin, pend_end;
     std::pair<uint64_t, uint64_t> key;  // the region's state when made (failed-state memo)
+    Why why;        // the sections whose state makes the alternatives exhaustive
   };
   // Undo records: a placement (buffer, offset), a raise of the run [idx, idx2] from height
   // `old` (blocked), a block of section idx.
@@ -204,10 +122,14 @@ class Search::Impl {
     int idx;
     int idx2;
     int64_t old;
+    Why why;        // a forced record: the sections whose state implies it
   };
 
   void init() {
     const int S = in_.num_sections;
+    words_ = (S + 63) / 64 + 1;
+    conflict_.assign(words_, 0);
+    strong_set_.assign(words_, 0);
     h_.assign(S, 0);
     blk_.assign(S, 0);
     rem_.assign(S, 0);
@@ -218,10 +140,15 @@ class Search::Impl {
     off_.assign(in_.n, 0);
     diff_.assign(S + 2, 0);
     acc_.assign(S, 0);
+    uhash_.assign(S, 0);
+    bhash_.resize(in_.n);
+    nogoods_.init(S);
     for (int b = 0; b < in_.n; ++b) {
+      bhash_[b] = mix(static_cast<uint64_t>(b) * 0x2545f4914f6cdd1dULL + 0x1234567ULL);
       for (int s = in_.sa[b]; s < in_.sb[b]; ++s) {
         rem_[s] += in_.size[b];
         ++cnt_[s];
+        uhash_[s] ^= bhash_[b];
       }
       ++startcnt_[in_.sa[b]];
       for (int i = in_.sa[b] + 1; i < in_.sb[b]; ++i) ++cross_[i];
@@ -263,7 +190,7 @@ class Search::Impl {
   int64_t floor_of(int s) const { return h_[s] + blk_[s]; }
 
   void block(int s) {
-    trail_.push_back({kBlock, s, s, 0});
+    trail_.push_back({kBlock, s, s, 0, why_});
     blk_[s] = 1;
     tree_.set(s, value(s));
   }
@@ -281,6 +208,7 @@ class Search::Impl {
             h_[s] = e.old;
             rem_[s] += in_.size[b];
             ++cnt_[s];
+            uhash_[s] ^= bhash_[b];
           }
           ++startcnt_[in_.sa[b]];
           for (int i = in_.sa[b] + 1; i < in_.sb[b]; ++i) ++cross_[i];
@@ -319,10 +247,19 @@ class Search::Impl {
     return strong_local(lo, hi);
   }
 
-  void fail(int lo, int hi) {
+  void fail(const Why& w) {
     failed_ = true;
-    fail_lo_ = lo;
-    fail_hi_ = hi;
+    fail_why_ = w;
+  }
+  void fail(int lo, int hi) { fail(Why{lo, hi, -1, -1}); }
+  void fail_set(const uint64_t* set) {
+    failed_ = true;
+    std::copy(set, set + words_, conflict_.begin());
+    conflict_ready_ = true;
+  }
+  // The cell (sec, h) of the run [r0, r1] of region f: sec and the run's neighbours in f.
+  static Why cell_why(int sec, int r0, int r1, const Region& f) {
+    return {sec, sec + 1, r0 - 1 >= f.lo ? r0 - 1 : -1, r1 + 1 < f.hi ? r1 + 1 : -1};
   }
 
   bool section_ok(int s) const { return floor_of(s) + rem_[s] <= in_.cap; }
@@ -353,48 +290,6 @@ class Search::Impl {
     return {a, b};
   }
 
-  // The failed-state memo: an open-addressing set of 128-bit keys (linear probing, load <= 1/2,
-  // at most kMemoCap entries; beyond that nothing more is remembered).
-  class KeySet {
-   public:
-    bool contains(std::pair<uint64_t, uint64_t> k) const {
-      if (slots_.empty()) return false;
-      if (k.first == 0 && k.second == 0) k.second = 1;  // as in insert
-      for (size_t i = k.first & mask_;; i = (i + 1) & mask_) {
-        if (slots_[i] == k) return true;
-        if (slots_[i].first == 0 && slots_[i].second == 0) return false;
-      }
-    }
-    void insert(std::pair<uint64_t, uint64_t> k) {
-      if (k.first == 0 && k.second == 0) k.second = 1;  // (0, 0) marks an empty slot
-      if (2 * (size_ + 1) > slots_.size()) {
-        if (size_ >= kMemoCap) return;
-        grow();
-      }
-      for (size_t i = k.first & mask_;; i = (i + 1) & mask_) {
-        if (slots_[i] == k) return;
-        if (slots_[i].first == 0 && slots_[i].second == 0) {
-          slots_[i] = k;
-          ++size_;
-          return;
-        }
-      }
-    }
-
-   private:
-    void grow() {
-      std::vector<std::pair<uint64_t, uint64_t>> old = std::move(slots_);
-      slots_.assign(old.empty() ? 4096 : 2 * old.size(), {0, 0});
-      mask_ = slots_.size() - 1;
-      size_ = 0;
-      for (const auto& k : old) {
-        if (k.first != 0 || k.second != 0) insert(k);
-      }
-    }
-    std::vector<std::pair<uint64_t, uint64_t>> slots_;
-    size_t mask_ = 0, size_ = 0;
-  };
-
   // Can buffer b start at height hh in a run of the lowest sections that ends at r1?
   bool eligible(int b, int r1, int64_t hh) const {
     if (placed_[b] || in_.sb[b] - 1 > r1) return false;
@@ -406,6 +301,21 @@ class Search::Impl {
   // highest floor of its sections (aligned): its base. In each section, for every threshold t
   // among those bases, the buffers whose base is >= t lie above t: t + their sizes <= capacity
   // (t = the lowest base gives "lowest base + everything left <= capacity").
+  // A section of b's span whose floor alone puts b's base at t or above: `near` when it does,
+  // else the nearest one to it.
+  int floor_witness(int b, int64_t t, int near) const {
+    auto ok = [&](int s) { return align_up_i(floor_of(s), in_.align[b]) >= t; };
+    if (near >= in_.sa[b] && near < in_.sb[b] && ok(near)) return near;
+    int best = -1, dist = std::numeric_limits<int>::max();
+    for (int s = in_.sa[b]; s < in_.sb[b]; ++s) {
+      if (ok(s) && std::abs(s - near) < dist) {
+        dist = std::abs(s - near);
+        best = s;
+      }
+    }
+    return best;
+  }
+
   bool strong_ok(int lo, int hi) {
     bases_.clear();
     for (int s0 = lo; s0 < hi; ++s0) {
@@ -472,7 +382,13 @@ class Search::Impl {
       } else {
         bases_.emplace_back(base, b);
       }
-      return base + in_.size[b] <= in_.cap;
+      if (base + in_.size[b] <= in_.cap) return true;
+      clear_set(strong_set_.data());
+      bits_add_range(strong_set_.data(), in_.sa[b], in_.sb[b]);
+      const int sec = floor_witness(b, base, in_.sa[b]);
+      clear_set(strong_set_.data());
+      bits_add_range(strong_set_.data(), sec, sec + 1);
+      return false;
     };
     for (int b : cover_[A]) {
       if (!placed_[b] && !add(b)) return false;
@@ -483,39 +399,66 @@ class Search::Impl {
       }
     }
     for (int s = A; s < E; ++s) acc_[s] = 0;
+    int fail_sec = -1;
     auto accumulate = [&](int64_t base, int b) {
       const int from = std::max(in_.sa[b], A), to = std::min(in_.sb[b], E);
       const int64_t room = in_.cap - base;
       for (int s = from; s < to; ++s) {
         acc_[s] += in_.size[b];
-        if (acc_[s] > room) return false;
+        if (acc_[s] > room) {
+          fail_sec = s;
+          return false;
+        }
       }
       return true;
     };
+    // A failure at fail_sec depends on the floors under the buffers counted there (their bases)
+    // and on their being unplaced: the union of their spans, which all meet fail_sec.
+    auto explain = [&](auto buffer_at, auto base_at, size_t upto) {
+      uint64_t* set = strong_set_.data();
+      clear_set(set);
+      bits_add_range(set, fail_sec, fail_sec + 1);
+      const int64_t t = base_at(upto);
+      for (size_t i = 0; i <= upto; ++i) {
+        const int b = buffer_at(i);
+        if (in_.sa[b] <= fail_sec && fail_sec < in_.sb[b]) {
+          const int sec = floor_witness(b, t, fail_sec);
+          bits_add_range(set, sec, sec + 1);
+        }
+      }
+    };
     if (packed) {
       std::sort(keys_.begin(), keys_.end(), std::greater<>());
-      for (uint64_t k : keys_) {
+      for (size_t i = 0; i < keys_.size(); ++i) {
+        const uint64_t k = keys_[i];
         if (!accumulate(static_cast<int64_t>(k >> 23), static_cast<int>(k & ((1u << 23) - 1)))) {
+          explain([&](size_t j) { return static_cast<int>(keys_[j] & ((1u << 23) - 1)); },
+                  [&](size_t j) { return static_cast<int64_t>(keys_[j] >> 23); }, i);
           return false;
         }
       }
     } else {
       std::sort(bases_.begin(), bases_.end(), std::greater<>());
-      for (const auto& [base, b] : bases_) {
-        if (!accumulate(base, b)) return false;
+      for (size_t i = 0; i < bases_.size(); ++i) {
+        if (!accumulate(bases_[i].first, bases_[i].second)) {
+          explain([&](size_t j) { return bases_[j].second; },
+                  [&](size_t j) { return bases_[j].first; }, i);
+          return false;
+        }
       }
     }
     return true;
   }
 
   void place(int b, int64_t at) {
-    trail_.push_back({kPlace, b, b, at});
+    trail_.push_back({kPlace, b, b, at, why_});
     placed_[b] = 1;
     off_[b] = at;
     const int64_t top = at + in_.size[b];
     tree_.assign(in_.sa[b], in_.sb[b], 2 * top);
     for (int s = in_.sa[b]; s < in_.sb[b]; ++s) {
       h_[s] = top;
+      uhash_[s] ^= bhash_[b];
       rem_[s] -= in_.size[b];
       if (--cnt_[s] == 0) tree_.set(s, kInf);
     }
@@ -555,19 +498,29 @@ class Search::Impl {
         if (hh % in_.align[b] != 0) nv = std::min(nv, 2 * align_up_i(hh, in_.align[b]));
       }
     }
-    if (nv >= kInf) return false;
+    const Why why{std::max(s - 1, f.lo), std::min(r1 + 2, f.hi), -1, -1};
+    if (nv >= kInf) {
+      fail(why);
+      return false;
+    }
     const int64_t H = nv >> 1;
     for (int b : within_) {
-      if (align_up_i(hh, in_.align[b]) + in_.size[b] <= H) return false;  // dominance
+      if (align_up_i(hh, in_.align[b]) + in_.size[b] <= H) {  // dominance
+        fail(why);
+        return false;
+      }
     }
-    trail_.push_back({kRaise, s, r1, hh});
+    trail_.push_back({kRaise, s, r1, hh, why});
     for (int sec = s; sec <= r1; ++sec) {
       h_[sec] = H;
       blk_[sec] = static_cast<uint8_t>(nv & 1);
     }
     tree_.assign(s, r1 + 1, nv);
     for (int sec = s; sec <= r1; ++sec) {
-      if (!section_ok(sec)) return false;
+      if (!section_ok(sec)) {
+        fail(sec, sec + 1);
+        return false;
+      }
     }
     touch(s, r1 + 1);
     return true;
@@ -589,7 +542,7 @@ class Search::Impl {
     const int r1 = tree_.first_above(s, f.hi, vmin) - 1;  // the run at the lowest value
     const int64_t hh = vmin >> 1;
     if (vmin & 1) {
-      if (!raise(s, r1, hh, f)) fail(f.lo, f.hi);
+      raise(s, r1, hh, f);
       return;
     }
     // The cell to branch on: among the sections at the lowest height (the runs at that height,
@@ -629,9 +582,10 @@ class Search::Impl {
       run_hi = tree_.first_above(s2, f.hi, vmin) - 1;
     }
     if (best_alt == 0) {
-      fail(f.lo, f.hi);
+      fail(cell_why(best_sec, best_r0, best_r1, f));
       return;
     }
+    why_ = cell_why(best_sec, best_r0, best_r1, f);
     const int cb = static_cast<int>(cand_pool_.size());
     for (int sec = best_r0; sec <= best_sec; ++sec) {
       for (int b : in_.starts[sec]) {
@@ -660,7 +614,7 @@ class Search::Impl {
     }
     if (ce == cb) {  // nothing can start here: the cell is wasted (forced)
       block(best_sec);
-      if (!section_ok(best_sec)) fail(f.lo, f.hi);
+      if (!section_ok(best_sec)) fail(best_sec, best_sec + 1);
       touch(best_sec, best_sec + 1);
       return;
     }
@@ -677,7 +631,13 @@ class Search::Impl {
     // the time on large instances).
     if (!flush()) {
       cand_pool_.resize(cb);
-      fail(f.lo, f.hi);
+      fail_set(strong_set_.data());
+      return;
+    }
+    if (learn_ && nogood_holds(best_sec)) {
+      cand_pool_.resize(cb);
+      failed_ = true;
+      conflict_ready_ = true;
       return;
     }
     // A branching point: a state of this region that failed before fails again.
@@ -692,17 +652,22 @@ class Search::Impl {
     }
     const int sec_choice = best_sec;
     Choice c{trail_.size(), f.lo, f.hi, sec_choice, hh, cb, ce, 0,
-             static_cast<int>(pend_pool_.size()), 0, {0, 0}};
+             static_cast<int>(pend_pool_.size()), 0, {0, 0}, why_};
     pend_pool_.insert(pend_pool_.end(), pending_.begin(), pending_.end());
     c.pend_end = static_cast<int>(pend_pool_.size());
     c.key = key;
     choices_.push_back(c);
-    if (!apply(choices_.back())) {
-      const Choice& d = choices_.back();
-      const int lo = d.lo, hi = d.hi;
-      undo_to(d.mark);
+    conf_pool_.resize(choices_.size() * words_);
+    clear_set(conf_of(choices_.size() - 1));
+    if (!apply(choices_.back())) {  // every alternative failed at once: exhausted
+      const size_t k = choices_.size() - 1;
+      add_why(conf_of(k), choices_.back().why);
+      std::copy(conf_of(k), conf_of(k) + words_, conflict_.begin());
+      if (learn_) learn(choices_.back().sec, conf_of(k));
+      undo_to(choices_.back().mark);
       pop_choice();
-      fail(lo, hi);
+      failed_ = true;
+      conflict_ready_ = true;
     }
   }
 
@@ -719,12 +684,15 @@ class Search::Impl {
 
   // Applies the next alternative of `c` that passes the immediate checks; false when none is left.
   bool apply(Choice& c) {
+    uint64_t* conf = conf_of(choices_.size() - 1);
     const int ncand = c.cand_end - c.cand_begin;
     while (true) {
       if (c.next < ncand) {
         const int b = cand_pool_[c.cand_begin + c.next++];
+        why_ = Why{};
         place(b, c.h);
         if (!strong_ || strong_local(in_.sa[b], in_.sb[b])) return true;
+        for (int w = 0; w < words_; ++w) conf[w] |= strong_set_[w];
         undo_to(c.mark);
         restore_pending(c);
         ++nodes_;
@@ -732,8 +700,15 @@ class Search::Impl {
       }
       if (c.next == ncand) {
         ++c.next;
+        why_ = Why{};
         block(c.sec);
-        if (section_ok(c.sec) && (!strong_ || strong_local(c.sec, c.sec + 1))) return true;
+        if (!section_ok(c.sec)) {
+          add_why(conf, Why{c.sec, c.sec + 1, -1, -1});
+        } else if (!strong_ || strong_local(c.sec, c.sec + 1)) {
+          return true;
+        } else {
+          for (int w = 0; w < words_; ++w) conf[w] |= strong_set_[w];
+        }
         undo_to(c.mark);
         restore_pending(c);
         return false;
@@ -742,22 +717,88 @@ class Search::Impl {
     }
   }
 
+  // Conflict sets: bitsets of sections, words_ words each.
+  uint64_t* conf_of(size_t k) { return conf_pool_.data() + k * words_; }
+  void clear_set(uint64_t* x) const { std::fill(x, x + words_, 0); }
+  void add_why(uint64_t* x, const Why& w) const {
+    bits_add_range(x, w.lo, w.hi);
+    if (w.x1 >= 0) bits_add_range(x, w.x1, w.x1 + 1);
+    if (w.x2 >= 0) bits_add_range(x, w.x2, w.x2 + 1);
+  }
+  // Local nogoods: the state of a set of sections (each one's floor and unplaced buffers) under
+  // which a choice ran out of alternatives; any state that agrees on those sections fails too.
+  uint64_t local_key(const std::vector<int>& secs) const {
+    uint64_t k = 0;
+    for (int s : secs) {
+      k += mix(mix(static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL +
+                   static_cast<uint64_t>(2 * h_[s] + blk_[s])) ^ uhash_[s]);
+    }
+    return k;
+  }
+  void learn(int anchor, const uint64_t* set) {
+    if (nogoods_.learn(anchor, set, words_, [&](const std::vector<int>& v) { return local_key(v); })) {
+      ++stats_.learnt;
+    }
+  }
+  // A nogood at `anchor` that holds now: its sections into the conflict, true.
+  bool nogood_holds(int anchor) {
+    const std::vector<int>* secs =
+        nogoods_.find(anchor, [&](const std::vector<int>& v) { return local_key(v); });
+    if (!secs) return false;
+    ++stats_.nogood_hits;
+    clear_set(conflict_.data());
+    for (int s : *secs) bits_add_range(conflict_.data(), s, s + 1);
+    return true;
+  }
+  // Sections an undo record changed.
+  std::pair<int, int> effect(const Entry& e) const {
+    if (e.kind == kPlace) return {in_.sa[e.idx], in_.sb[e.idx]};
+    return {e.idx, e.idx2 + 1};
+  }
+
+  // Conflict-directed backjumping. Every step the search takes without a choice is implied by
+  // the state of a few sections (its Why), every failure too; walking the trail back from a
+  // failure, the conflict (a set of sections) takes in the Why of each forced record that
+  // changed one of its sections. A choice whose decision changed none of them did not cause the
+  // failure: its other alternatives would fail the same way, so it is skipped. A choice whose
+  // decision did tries its next alternative; when it has none left, its conflict is the union of
+  // its alternatives' conflicts and the sections that made them its only alternatives.
   bool backtrack() {
-    int xlo = fail_lo_, xhi = fail_hi_;
+    uint64_t* x = conflict_.data();
+    if (!conflict_ready_) {
+      clear_set(x);
+      add_why(x, fail_why_);
+    }
+    conflict_ready_ = false;
     while (!choices_.empty()) {
       Choice& c = choices_.back();
-      if (c.hi <= xlo || c.lo >= xhi) {  // independent of the failure: skip its alternatives
+      const size_t k = choices_.size() - 1;
+      while (trail_.size() > c.mark + 1) {
+        const Entry& e = trail_.back();
+        const auto [a, b] = effect(e);
+        if (bits_meets(x, a, b)) add_why(x, e.why);
+        undo_to(trail_.size() - 1);
+      }
+      const auto [a, b] = effect(trail_[c.mark]);
+      if (backjump_ && !bits_meets(x, a, b)) {  // independent of the failure: skip it
+        ++stats_.skipped;
+        undo_to(c.mark);
         pop_choice();
         continue;
       }
+      uint64_t* conf = conf_of(k);
+      for (int w = 0; w < words_; ++w) conf[w] |= x[w];
       undo_to(c.mark);
       restore_pending(c);
       clean();
       ++nodes_;
       if (apply(c)) return true;
-      xlo = c.lo;
-      xhi = c.hi;
-      if (memo_) failed_states_.insert(c.key);
+      add_why(conf, c.why);
+      std::copy(conf, conf + words_, x);
+      // The memo keeps the state of c's region; only a conflict inside the region proves that
+      // state fails (a nogood from an earlier, larger region can reach outside it).
+      if (memo_ && bits_within(conf, words_, c.lo, c.hi)) failed_states_.insert(c.key);
+      if (learn_) learn(c.sec, conf);
       undo_to(c.mark);
       pop_choice();
     }
@@ -767,10 +808,23 @@ class Search::Impl {
   Instance in_;
   bool strong_;
   bool memo_;
+  bool backjump_;
+  bool learn_;
+  Stats stats_;
   State state_ = State::kRunning;
   bool failed_ = false;
   bool failed_root_ = false;
-  int fail_lo_ = 0, fail_hi_ = 0;
+  // Backjumping and local nogoods.
+  Why fail_why_;                      // the failure's sections (unless conflict_ready_)
+  Why why_;                           // the reason of the next forced record
+  std::vector<uint64_t> strong_set_;  // the last failed unallocated-floor check's sections
+  int words_ = 1;                     // 64-bit words per section set
+  std::vector<uint64_t> conflict_;    // the conflict being walked back
+  std::vector<uint64_t> conf_pool_;   // per choice: its alternatives' conflicts
+  bool conflict_ready_ = false;       // conflict_ holds the failure's sections already
+  std::vector<uint64_t> uhash_;       // per section: hash of its unplaced buffers
+  std::vector<uint64_t> bhash_;       // per buffer: its hash
+  NogoodStore nogoods_;
   int dirty_lo_ = std::numeric_limits<int>::max(), dirty_hi_ = std::numeric_limits<int>::min();
   int64_t nodes_ = 0;
   std::vector<int64_t> h_, rem_;
@@ -797,7 +851,7 @@ class Search::Impl {
   std::vector<std::pair<int64_t, int>> bases_;
   std::vector<int64_t> acc_;
   static constexpr size_t kMemoCap = 1 << 19;
-  KeySet failed_states_;
+  KeySet failed_states_{kMemoCap};
   static constexpr int kMaxRuns = 64;
 };
 
@@ -810,6 +864,7 @@ Search::State Search::run(int64_t node_cap, const std::atomic<bool>* stop,
 }
 Search::State Search::state() const { return impl_->state(); }
 int64_t Search::nodes() const { return impl_->nodes(); }
+Search::Stats Search::stats() const { return impl_->stats(); }
 const std::vector<int64_t>& Search::offsets() const { return impl_->offsets(); }
 
 }  // namespace roam::minimalloc
