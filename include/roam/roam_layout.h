@@ -70,8 +70,11 @@
 //    exhausted is remembered (128-bit hash) and fails at once when reached again (e.g. the same
 //    stack of buffers placed in another order). Used on instances of up to 400 buffers.
 //  - Restarts. Luby-sequenced restarts (1000 nodes, 100 x buffers on large instances) with the
-//    candidate order perturbed by seeded noise; the memo survives restarts. They cure the heavy
-//    tail of depth-first search on the MiniMalloc instances.
+//    candidate order perturbed by seeded noise; the memo and the nogoods survive restarts. They
+//    cure the heavy tail of depth-first search on the MiniMalloc instances. The
+//    most-constrained-cell searches of the portfolio cycle through three schedules (base 1000,
+//    3000, 1000 nodes; noise 1, 0.5, 0.2 x buffers): different ones solved different generated
+//    instances.
 //  - Portfolio. Several deterministic searches that differ in the candidate order (congestion of
 //    the most loaded section spanned, area, size, lifetime), the direction of time and the
 //    branching cell (most constrained cell, or the leftmost one: a sweep over time, which packs

@@ -625,19 +625,19 @@ class Search::Impl {
       touch(in_.sa[b], in_.sb[b]);
       return;
     }
-    // A branching point: first the unallocated-floor bound over everything changed since the
-    // last check (floors only rise along a branch, so one check over the union of the changed
-    // ranges prunes whatever the checks after each forced step would have; they were most of
-    // the time on large instances).
-    if (!flush()) {
-      cand_pool_.resize(cb);
-      fail_set(strong_set_.data());
-      return;
-    }
+    // A branching point: a local nogood that holds fails it at once (cheaper than the bound).
     if (learn_ && nogood_holds(best_sec)) {
       cand_pool_.resize(cb);
       failed_ = true;
       conflict_ready_ = true;
+      return;
+    }
+    // Then the unallocated-floor bound over everything changed since the last check (floors only
+    // rise along a branch, so one check over the union of the changed ranges prunes whatever the
+    // checks after each forced step would have; they were most of the time on large instances).
+    if (!flush()) {
+      cand_pool_.resize(cb);
+      fail_set(strong_set_.data());
       return;
     }
     // A branching point: a state of this region that failed before fails again.
@@ -727,23 +727,20 @@ class Search::Impl {
   }
   // Local nogoods: the state of a set of sections (each one's floor and unplaced buffers) under
   // which a choice ran out of alternatives; any state that agrees on those sections fails too.
-  uint64_t local_key(const std::vector<int>& secs) const {
-    uint64_t k = 0;
-    for (int s : secs) {
-      k += mix(mix(static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL +
-                   static_cast<uint64_t>(2 * h_[s] + blk_[s])) ^ uhash_[s]);
-    }
-    return k;
+  uint64_t section_part(int s) const {
+    return mix(mix(static_cast<uint64_t>(s) * 0x9e3779b97f4a7c15ULL +
+                   static_cast<uint64_t>(2 * h_[s] + blk_[s])) ^
+               uhash_[s]);
   }
   void learn(int anchor, const uint64_t* set) {
-    if (nogoods_.learn(anchor, set, words_, [&](const std::vector<int>& v) { return local_key(v); })) {
+    if (nogoods_.learn(anchor, set, words_, [&](int s) { return section_part(s); })) {
       ++stats_.learnt;
     }
   }
   // A nogood at `anchor` that holds now: its sections into the conflict, true.
   bool nogood_holds(int anchor) {
     const std::vector<int>* secs =
-        nogoods_.find(anchor, [&](const std::vector<int>& v) { return local_key(v); });
+        nogoods_.find(anchor, [&](int s) { return section_part(s); });
     if (!secs) return false;
     ++stats_.nogood_hits;
     clear_set(conflict_.data());

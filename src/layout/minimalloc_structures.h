@@ -177,43 +177,63 @@ inline bool bits_within(const uint64_t* x, int words, int lo, int hi) {
   return true;
 }
 
-// Local nogoods: per anchor section (the cell of the choice that learnt them), up to kPerAnchor
-// (key, sections) pairs, the oldest replaced first; sets of more than kMaxSections sections are
-// not kept. `key_of(sections)` hashes the current state of those sections.
+// Local nogoods: per anchor section (the cell of the choice that learnt them, always one of their
+// sections), up to kPerAnchor of them, the oldest replaced first; sets of more than kMaxSections
+// sections are not kept. A nogood's key is the sum of part(s) over its sections, part(s) hashing
+// the current state of section s; the anchor's part, kept apart, rejects most at one lookup.
 class NogoodStore {
  public:
   static constexpr size_t kPerAnchor = 16, kMaxSections = 64;
-  void init(int sections) { lists_.assign(sections, {}); }
+  void init(int sections) {
+    lists_.assign(sections, {});
+    next_.assign(sections, 0);
+  }
   // Keeps the sections of `set` (words 64-bit words) at `anchor`; false when too many or none.
-  template <class KeyOf>
-  bool learn(int anchor, const uint64_t* set, int words, KeyOf key_of) {
-    std::vector<int> secs;
+  template <class Part>
+  bool learn(int anchor, const uint64_t* set, int words, Part part) {
+    secs_.clear();
     for (int w = 0; w < words; ++w) {
-      for (uint64_t m = set[w]; m; m &= m - 1) secs.push_back(w * 64 + __builtin_ctzll(m));
-      if (secs.size() > kMaxSections) return false;
+      for (uint64_t m = set[w]; m; m &= m - 1) secs_.push_back(w * 64 + __builtin_ctzll(m));
+      if (secs_.size() > kMaxSections) return false;
     }
-    if (secs.empty()) return false;
+    if (secs_.empty()) return false;
     auto& list = lists_[anchor];
-    const uint64_t key = key_of(secs);
+    Nogood* g;
     if (list.size() < kPerAnchor) {
-      list.push_back({key, std::move(secs)});
+      g = &list.emplace_back();
     } else {
-      list[next_++ % kPerAnchor] = {key, std::move(secs)};
+      g = &list[next_[anchor]];
+      next_[anchor] = static_cast<uint8_t>((next_[anchor] + 1) % kPerAnchor);
     }
+    g->secs.assign(secs_.begin(), secs_.end());
+    g->key = 0;
+    for (int s : secs_) g->key += part(s);
+    g->anchor_part = part(anchor);
     return true;
   }
-  // The sections of a nogood at `anchor` whose key matches the current state, or nullptr.
-  template <class KeyOf>
-  const std::vector<int>* find(int anchor, KeyOf key_of) const {
-    for (const auto& [key, secs] : lists_[anchor]) {
-      if (key_of(secs) == key) return &secs;
+  // The sections of a nogood at `anchor` that holds in the current state, or nullptr.
+  template <class Part>
+  const std::vector<int>* find(int anchor, Part part) const {
+    const auto& list = lists_[anchor];
+    if (list.empty()) return nullptr;
+    const uint64_t a = part(anchor);
+    for (const Nogood& g : list) {
+      if (g.anchor_part != a) continue;
+      uint64_t key = 0;
+      for (int s : g.secs) key += part(s);
+      if (key == g.key) return &g.secs;
     }
     return nullptr;
   }
 
  private:
-  std::vector<std::vector<std::pair<uint64_t, std::vector<int>>>> lists_;
-  uint64_t next_ = 0;
+  struct Nogood {
+    uint64_t key = 0, anchor_part = 0;
+    std::vector<int> secs;
+  };
+  std::vector<std::vector<Nogood>> lists_;
+  std::vector<uint8_t> next_;  // per anchor: the slot replaced next
+  std::vector<int> secs_;
 };
 
 }  // namespace roam::minimalloc
