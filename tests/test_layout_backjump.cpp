@@ -1,9 +1,9 @@
 // Conflict-directed backjumping and local nogoods in the exact static-allocation search
 // (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h). They only skip alternatives
 // and fail states that provably hold no solution, so the search with them must decide every
-// instance exactly as the chronological search without them (the search the brute-force tests of
-// test_roam_layout.cpp check): a layout where it finds one, a proof of infeasibility where it
-// proves one. Compared on instances where both decide within a node limit, at every capacity
+// instance exactly as the search without them (backjump = false: the previous algorithm, which
+// skips only the choices of independent regions; the brute-force tests of test_roam_layout.cpp
+// check it): a layout where it finds one, a proof of infeasibility where it proves one. Compared on instances where both decide within a node limit, at every capacity
 // from the live-size bound to a known packing's height; the test also counts that the skips and
 // nogood hits happened (a comparison where they never fire would test nothing).
 #include <gtest/gtest.h>
@@ -136,6 +136,8 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
       fired.skipped += with.stats.skipped;
       fired.nogood_hits += with.stats.nogood_hits;
       fired.learnt += with.stats.learnt;
+      EXPECT_TRUE(with.stats.backjump);
+      EXPECT_FALSE(without.stats.backjump);
       EXPECT_EQ(without.stats.skipped + without.stats.learnt + without.stats.nogood_hits, 0);
       for (const Outcome* o : {&with, &without}) {
         if (o->state == Search::State::kSolved) {
@@ -165,6 +167,26 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
             << " infeasible); skipped choices " << fired.skipped << ", nogoods learnt "
             << fired.learnt << ", nogood hits " << fired.nogood_hits << "; undecided " << undecided
             << "\n";
+}
+
+// Past 2^22 words of conflict sets (buffers x sections / 64) the search falls back to the
+// region rule, without nogoods: 20,000 buffers in a chain (buffer i lives [i, i + 2)), which fit
+// at their live-size bound (even ones at 0, odd ones against the top), solved with no skip and
+// no nogood.
+TEST(LayoutBackjump, HugeInstanceFallsBackToTheRegionRule) {
+  std::mt19937_64 rng(7);
+  std::vector<AllocBuffer> b;
+  for (int i = 0; i < 20000; ++i) b.push_back({i, i + 2, 1 + rng() % 4, 1});
+  const uint64_t lb = live_size_lower_bound(b);
+  const Outcome o = run(b, lb, 0, false, true, 0, 1000000);
+  ASSERT_EQ(o.state, Search::State::kSolved);
+  EXPECT_EQ(roam::check_allocation(b, o.offsets, lb), "");
+  EXPECT_FALSE(o.stats.backjump);
+  EXPECT_EQ(o.stats.skipped, 0);
+  EXPECT_EQ(o.stats.learnt, 0);
+  // A tenth of it keeps backjumping.
+  b.resize(2000);
+  EXPECT_TRUE(run(b, live_size_lower_bound(b), 0, false, true, 0, 1000000).stats.backjump);
 }
 
 }  // namespace

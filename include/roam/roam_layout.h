@@ -58,13 +58,14 @@
 //    changed none of them did not cause the failure, so its other alternatives are skipped. A
 //    choice that runs out of alternatives passes on the union of its alternatives' conflicts and
 //    its own cell's reason. The search stays complete (a skipped alternative would fail the same
-//    way).
+//    way). Where a set of sections per choice on the stack would pass 2^22 words (32 MiB; huge
+//    instances), the search keeps the dynamic decomposition's rule alone, without nogoods.
 //  - Local nogoods. The conflict of an exhausted choice is a set of sections whose state (each
 //    one's floor and its unplaced buffers) alone admits no solution; it is kept (hashed, 16 per
-//    section of the choice's cell, conflicts of up to 64 sections) and a branching point at that
-//    section whose state agrees on those sections fails at once, backjumping on the same
-//    sections. Unlike the memo it matches states that differ elsewhere (the generated
-//    MiniMalloc-like instances, bench/RESULTS.md).
+//    section of the choice's cell, conflicts of up to 64 sections, 2^22 sections in all) and a
+//    branching point at that section whose state agrees on those sections fails at once,
+//    backjumping on the same sections. Unlike the memo it matches states that differ elsewhere
+//    (the generated MiniMalloc-like instances, bench/RESULTS.md).
 //  - Failed-state memo. The state of such a group (heights and blocks of its sections, its
 //    unplaced buffers) determines everything below it, so a state whose alternatives were all
 //    exhausted is remembered (128-bit hash) and fails at once when reached again (e.g. the same

@@ -90,8 +90,10 @@ class Search {
             bool use_deadline);
   State state() const;
   int64_t nodes() const;
-  // How often backjumping skipped a choice, nogoods were learnt, a nogood failed a state.
+  // Whether backjumping is on (off: configured so, or a huge instance), how often it skipped a
+  // choice, nogoods were learnt, a nogood failed a state.
   struct Stats {
+    bool backjump = false;
     int64_t skipped = 0, learnt = 0, nogood_hits = 0;
   };
   Stats stats() const;

@@ -128,6 +128,14 @@ class Search::Impl {
   void init() {
     const int S = in_.num_sections;
     words_ = (S + 63) / 64 + 1;
+    // Conflict sets cost a set of sections per choice on the stack: past kMaxConflictWords words
+    // (huge instances) the search falls back to skipping the choices of independent regions.
+    if (static_cast<int64_t>(in_.n) * words_ > kMaxConflictWords) backjump_ = false;
+    if (!backjump_) {
+      learn_ = false;
+      words_ = 1;
+    }
+    stats_.backjump = backjump_;
     conflict_.assign(words_, 0);
     strong_set_.assign(words_, 0);
     h_.assign(S, 0);
@@ -254,6 +262,7 @@ class Search::Impl {
   void fail(int lo, int hi) { fail(Why{lo, hi, -1, -1}); }
   void fail_set(const uint64_t* set) {
     failed_ = true;
+    if (!backjump_) return;
     std::copy(set, set + words_, conflict_.begin());
     conflict_ready_ = true;
   }
@@ -383,11 +392,11 @@ class Search::Impl {
         bases_.emplace_back(base, b);
       }
       if (base + in_.size[b] <= in_.cap) return true;
-      clear_set(strong_set_.data());
-      bits_add_range(strong_set_.data(), in_.sa[b], in_.sb[b]);
-      const int sec = floor_witness(b, base, in_.sa[b]);
-      clear_set(strong_set_.data());
-      bits_add_range(strong_set_.data(), sec, sec + 1);
+      if (backjump_) {  // the conflict: one section whose floor alone lifts b that high
+        const int sec = floor_witness(b, base, in_.sa[b]);
+        clear_set(strong_set_.data());
+        bits_add_range(strong_set_.data(), sec, sec + 1);
+      }
       return false;
     };
     for (int b : cover_[A]) {
@@ -415,6 +424,7 @@ class Search::Impl {
     // A failure at fail_sec depends on the floors under the buffers counted there (their bases)
     // and on their being unplaced: the union of their spans, which all meet fail_sec.
     auto explain = [&](auto buffer_at, auto base_at, size_t upto) {
+      if (!backjump_) return;
       uint64_t* set = strong_set_.data();
       clear_set(set);
       bits_add_range(set, fail_sec, fail_sec + 1);
@@ -534,6 +544,7 @@ class Search::Impl {
       return;
     }
     const Region f = pending_.back();
+    fail_region_ = f;
     const auto [vmin, s] = tree_.query(f.lo, f.hi);
     if (s < 0) {  // cannot happen: a region with unplaced buffers has an open section
       fail(f.lo, f.hi);
@@ -657,9 +668,17 @@ class Search::Impl {
     c.pend_end = static_cast<int>(pend_pool_.size());
     c.key = key;
     choices_.push_back(c);
-    conf_pool_.resize(choices_.size() * words_);
-    clear_set(conf_of(choices_.size() - 1));
+    if (backjump_) {
+      conf_pool_.resize(choices_.size() * words_);
+      clear_set(conf_of(choices_.size() - 1));
+    }
     if (!apply(choices_.back())) {  // every alternative failed at once: exhausted
+      if (!backjump_) {
+        undo_to(choices_.back().mark);
+        pop_choice();
+        failed_ = true;
+        return;
+      }
       const size_t k = choices_.size() - 1;
       add_why(conf_of(k), choices_.back().why);
       std::copy(conf_of(k), conf_of(k) + words_, conflict_.begin());
@@ -684,7 +703,12 @@ class Search::Impl {
 
   // Applies the next alternative of `c` that passes the immediate checks; false when none is left.
   bool apply(Choice& c) {
-    uint64_t* conf = conf_of(choices_.size() - 1);
+    uint64_t* conf = backjump_ ? conf_of(choices_.size() - 1) : nullptr;
+    auto merge = [&](const uint64_t* set) {
+      if (conf) {
+        for (int w = 0; w < words_; ++w) conf[w] |= set[w];
+      }
+    };
     const int ncand = c.cand_end - c.cand_begin;
     while (true) {
       if (c.next < ncand) {
@@ -692,7 +716,7 @@ class Search::Impl {
         why_ = Why{};
         place(b, c.h);
         if (!strong_ || strong_local(in_.sa[b], in_.sb[b])) return true;
-        for (int w = 0; w < words_; ++w) conf[w] |= strong_set_[w];
+        merge(strong_set_.data());
         undo_to(c.mark);
         restore_pending(c);
         ++nodes_;
@@ -703,11 +727,11 @@ class Search::Impl {
         why_ = Why{};
         block(c.sec);
         if (!section_ok(c.sec)) {
-          add_why(conf, Why{c.sec, c.sec + 1, -1, -1});
+          if (conf) add_why(conf, Why{c.sec, c.sec + 1, -1, -1});
         } else if (!strong_ || strong_local(c.sec, c.sec + 1)) {
           return true;
         } else {
-          for (int w = 0; w < words_; ++w) conf[w] |= strong_set_[w];
+          merge(strong_set_.data());
         }
         undo_to(c.mark);
         restore_pending(c);
@@ -761,6 +785,7 @@ class Search::Impl {
   // decision did tries its next alternative; when it has none left, its conflict is the union of
   // its alternatives' conflicts and the sections that made them its only alternatives.
   bool backtrack() {
+    if (!backjump_) return backtrack_regions();
     uint64_t* x = conflict_.data();
     if (!conflict_ready_) {
       clear_set(x);
@@ -802,6 +827,30 @@ class Search::Impl {
     return false;
   }
 
+  // Without conflict sets: a failure is blamed on its whole region, and the choices made in
+  // other regions (independent: no unplaced buffer connects them) are skipped.
+  bool backtrack_regions() {
+    int xlo = fail_region_.lo, xhi = fail_region_.hi;
+    while (!choices_.empty()) {
+      Choice& c = choices_.back();
+      if (c.hi <= xlo || c.lo >= xhi) {
+        pop_choice();
+        continue;
+      }
+      undo_to(c.mark);
+      restore_pending(c);
+      clean();
+      ++nodes_;
+      if (apply(c)) return true;
+      xlo = c.lo;
+      xhi = c.hi;
+      if (memo_) failed_states_.insert(c.key);
+      undo_to(c.mark);
+      pop_choice();
+    }
+    return false;
+  }
+
   Instance in_;
   bool strong_;
   bool memo_;
@@ -815,7 +864,9 @@ class Search::Impl {
   Why fail_why_;                      // the failure's sections (unless conflict_ready_)
   Why why_;                           // the reason of the next forced record
   std::vector<uint64_t> strong_set_;  // the last failed unallocated-floor check's sections
+  Region fail_region_{0, 0, 0};       // the region of the last step (without backjumping)
   int words_ = 1;                     // 64-bit words per section set
+  static constexpr int64_t kMaxConflictWords = int64_t{1} << 22;  // buffers x words: 32 MiB
   std::vector<uint64_t> conflict_;    // the conflict being walked back
   std::vector<uint64_t> conf_pool_;   // per choice: its alternatives' conflicts
   bool conflict_ready_ = false;       // conflict_ holds the failure's sections already

@@ -179,11 +179,11 @@ inline bool bits_within(const uint64_t* x, int words, int lo, int hi) {
 
 // Local nogoods: per anchor section (the cell of the choice that learnt them, always one of their
 // sections), up to kPerAnchor of them, the oldest replaced first; sets of more than kMaxSections
-// sections are not kept. A nogood's key is the sum of part(s) over its sections, part(s) hashing
+// sections are not kept, nor any once kMaxTotal sections are kept in all. A nogood's key is the sum of part(s) over its sections, part(s) hashing
 // the current state of section s; the anchor's part, kept apart, rejects most at one lookup.
 class NogoodStore {
  public:
-  static constexpr size_t kPerAnchor = 16, kMaxSections = 64;
+  static constexpr size_t kPerAnchor = 16, kMaxSections = 64, kMaxTotal = size_t{1} << 22;
   void init(int sections) {
     lists_.assign(sections, {});
     next_.assign(sections, 0);
@@ -200,11 +200,15 @@ class NogoodStore {
     auto& list = lists_[anchor];
     Nogood* g;
     if (list.size() < kPerAnchor) {
+      if (total_ + secs_.size() > kMaxTotal) return false;
       g = &list.emplace_back();
     } else {
       g = &list[next_[anchor]];
       next_[anchor] = static_cast<uint8_t>((next_[anchor] + 1) % kPerAnchor);
+      if (total_ - g->secs.size() + secs_.size() > kMaxTotal) return false;
+      total_ -= g->secs.size();
     }
+    total_ += secs_.size();
     g->secs.assign(secs_.begin(), secs_.end());
     g->key = 0;
     for (int s : secs_) g->key += part(s);
@@ -234,6 +238,7 @@ class NogoodStore {
   std::vector<std::vector<Nogood>> lists_;
   std::vector<uint8_t> next_;  // per anchor: the slot replaced next
   std::vector<int> secs_;
+  size_t total_ = 0;  // sections kept in all
 };
 
 }  // namespace roam::minimalloc
