@@ -65,7 +65,8 @@ Instance make_instance(const Prepared& p, int64_t cap_units, int kind, bool mirr
 struct SearchConfig {
   bool strong = true;          // the unallocated-floor threshold bound
   bool memo = true;            // remember failed region states
-  bool backjump = true;        // conflict-directed backjumping (false: chronological)
+  bool backjump = true;        // conflict-directed backjumping (false: the previous rule, the
+                               // choices of independent regions skipped; no nogoods)
   bool learn = true;           // local nogoods from the backjumping conflicts
   bool leftmost = false;       // branch at the leftmost lowest cell, not the most constrained
   bool contact = false;        // candidates whose top meets a neighbouring section's height

@@ -73,7 +73,6 @@ class Search::Impl {
     choices_.clear();
     cand_pool_.clear();
     pend_pool_.clear();
-    conflict_ready_ = false;
     pending_ = root_pending_;
     failed_ = false;
     clean();
@@ -255,16 +254,17 @@ class Search::Impl {
     return strong_local(lo, hi);
   }
 
+  // A failure: its sections become the conflict that backtrack() walks back (with backjumping).
   void fail(const Why& w) {
     failed_ = true;
-    fail_why_ = w;
+    if (!backjump_) return;
+    clear_set(conflict_.data());
+    add_why(conflict_.data(), w);
   }
   void fail(int lo, int hi) { fail(Why{lo, hi, -1, -1}); }
   void fail_set(const uint64_t* set) {
     failed_ = true;
-    if (!backjump_) return;
-    std::copy(set, set + words_, conflict_.begin());
-    conflict_ready_ = true;
+    if (backjump_) std::copy(set, set + words_, conflict_.begin());
   }
   // The cell (sec, h) of the run [r0, r1] of region f: sec and the run's neighbours in f.
   static Why cell_why(int sec, int r0, int r1, const Region& f) {
@@ -306,10 +306,6 @@ class Search::Impl {
     return in_.dup_prev[b] < 0 || placed_[in_.dup_prev[b]];
   }
 
-  // The unallocated-floor bound over [lo, hi): every unplaced buffer sits at least at the
-  // highest floor of its sections (aligned): its base. In each section, for every threshold t
-  // among those bases, the buffers whose base is >= t lie above t: t + their sizes <= capacity
-  // (t = the lowest base gives "lowest base + everything left <= capacity").
   // A section of b's span whose floor alone puts b's base at t or above: `near` when it does,
   // else the nearest one to it.
   int floor_witness(int b, int64_t t, int near) const {
@@ -325,6 +321,10 @@ class Search::Impl {
     return best;
   }
 
+  // The unallocated-floor bound over [lo, hi): every unplaced buffer sits at least at the
+  // highest floor of its sections (aligned): its base. In each section, for every threshold t
+  // among those bases, the buffers whose base is >= t lie above t: t + their sizes <= capacity
+  // (t = the lowest base gives "lowest base + everything left <= capacity").
   bool strong_ok(int lo, int hi) {
     bases_.clear();
     for (int s0 = lo; s0 < hi; ++s0) {
@@ -421,8 +421,9 @@ class Search::Impl {
       }
       return true;
     };
-    // A failure at fail_sec depends on the floors under the buffers counted there (their bases)
-    // and on their being unplaced: the union of their spans, which all meet fail_sec.
+    // A failure at fail_sec depends on the buffers counted there being unplaced (their spans all
+    // meet fail_sec) and on their bases being at least the last one: per buffer, one section
+    // whose floor alone lifts it that high.
     auto explain = [&](auto buffer_at, auto base_at, size_t upto) {
       if (!backjump_) return;
       uint64_t* set = strong_set_.data();
@@ -639,8 +640,6 @@ class Search::Impl {
     // A branching point: a local nogood that holds fails it at once (cheaper than the bound).
     if (learn_ && nogood_holds(best_sec)) {
       cand_pool_.resize(cb);
-      failed_ = true;
-      conflict_ready_ = true;
       return;
     }
     // Then the unallocated-floor bound over everything changed since the last check (floors only
@@ -681,12 +680,10 @@ class Search::Impl {
       }
       const size_t k = choices_.size() - 1;
       add_why(conf_of(k), choices_.back().why);
-      std::copy(conf_of(k), conf_of(k) + words_, conflict_.begin());
       if (learn_) learn(choices_.back().sec, conf_of(k));
+      fail_set(conf_of(k));
       undo_to(choices_.back().mark);
       pop_choice();
-      failed_ = true;
-      conflict_ready_ = true;
     }
   }
 
@@ -761,12 +758,13 @@ class Search::Impl {
       ++stats_.learnt;
     }
   }
-  // A nogood at `anchor` that holds now: its sections into the conflict, true.
+  // A nogood at `anchor` that holds now: a failure on its sections, true.
   bool nogood_holds(int anchor) {
     const std::vector<int>* secs =
         nogoods_.find(anchor, [&](int s) { return section_part(s); });
     if (!secs) return false;
     ++stats_.nogood_hits;
+    failed_ = true;
     clear_set(conflict_.data());
     for (int s : *secs) bits_add_range(conflict_.data(), s, s + 1);
     return true;
@@ -787,11 +785,6 @@ class Search::Impl {
   bool backtrack() {
     if (!backjump_) return backtrack_regions();
     uint64_t* x = conflict_.data();
-    if (!conflict_ready_) {
-      clear_set(x);
-      add_why(x, fail_why_);
-    }
-    conflict_ready_ = false;
     while (!choices_.empty()) {
       Choice& c = choices_.back();
       const size_t k = choices_.size() - 1;
@@ -802,7 +795,7 @@ class Search::Impl {
         undo_to(trail_.size() - 1);
       }
       const auto [a, b] = effect(trail_[c.mark]);
-      if (backjump_ && !bits_meets(x, a, b)) {  // independent of the failure: skip it
+      if (!bits_meets(x, a, b)) {  // independent of the failure: skip it
         ++stats_.skipped;
         undo_to(c.mark);
         pop_choice();
@@ -861,15 +854,13 @@ class Search::Impl {
   bool failed_ = false;
   bool failed_root_ = false;
   // Backjumping and local nogoods.
-  Why fail_why_;                      // the failure's sections (unless conflict_ready_)
   Why why_;                           // the reason of the next forced record
   std::vector<uint64_t> strong_set_;  // the last failed unallocated-floor check's sections
   Region fail_region_{0, 0, 0};       // the region of the last step (without backjumping)
   int words_ = 1;                     // 64-bit words per section set
   static constexpr int64_t kMaxConflictWords = int64_t{1} << 22;  // buffers x words: 32 MiB
-  std::vector<uint64_t> conflict_;    // the conflict being walked back
+  std::vector<uint64_t> conflict_;    // the last failure's sections, walked back by backtrack()
   std::vector<uint64_t> conf_pool_;   // per choice: its alternatives' conflicts
-  bool conflict_ready_ = false;       // conflict_ holds the failure's sections already
   std::vector<uint64_t> uhash_;       // per section: hash of its unplaced buffers
   std::vector<uint64_t> bhash_;       // per buffer: its hash
   NogoodStore nogoods_;

@@ -322,7 +322,7 @@ Portfolio run_portfolio(const Prepared& p, int64_t cap, const AllocSolveOptions&
     // instances); the time sweep keeps the heuristic's order (training graphs).
     cfg.contact = options.contact_order && !entries[k].leftmost;
     cfg.restart_base = lowest ? 0 : (n <= 500 ? 1000 : 100 * static_cast<int64_t>(n));
-    if (cfg.contact && cfg.restart_base == 1000 && entries[k].mirror) {
+    if (cfg.contact && !lowest && n <= 500 && entries[k].mirror) {
       // Restart schedules differ across the most-constrained-cell searches, as portfolio
       // diversity: on the generated MiniMalloc-like instances different (base, noise) pairs
       // solved different instances. The searches forward in time keep (1000, 1.0), the ones
