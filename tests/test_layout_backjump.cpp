@@ -1,9 +1,11 @@
-// Conflict-directed backjumping and local nogoods in the exact static-allocation search
-// (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h). They only skip alternatives
-// and fail states that provably hold no solution, so the search with them must decide every
-// instance exactly as the search without them (backjump = false: the previous algorithm, which
-// skips only the choices of independent regions; the brute-force tests of test_roam_layout.cpp
-// check it): a layout where it finds one, a proof of infeasibility where it proves one. Compared on instances where both decide within a node limit, at every capacity
+// Conflict-directed backjumping, local nogoods and the lowest-buffer rule in the exact
+// static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h). They
+// only skip alternatives, fail states and raise bases where provably no solution is lost (the
+// rule's raised bases enter the conflicts through their own explanation), so the search with them
+// must decide every instance exactly as the search without them (backjump = false, lift = false:
+// the previous algorithm, which skips only the choices of independent regions; the brute-force
+// tests of test_roam_layout.cpp check it): a layout where it finds one, a proof of infeasibility
+// where it proves one. Compared on instances where both decide within a node limit, at every capacity
 // from the live-size bound to a known packing's height; the test also counts that the skips and
 // nogood hits happened (a comparison where they never fire would test nothing).
 #include <gtest/gtest.h>
@@ -27,11 +29,12 @@ struct Outcome {
 };
 
 Outcome run(const std::vector<AllocBuffer>& b, uint64_t capacity, int kind, bool mirror,
-            bool learning, int64_t restart_base, int64_t node_cap) {
+            bool learning, int64_t restart_base, int64_t node_cap, int lift = 2) {
   const Prepared p = prepare(b);
   SearchConfig cfg;
   cfg.backjump = learning;
   cfg.learn = learning;
+  cfg.lift = learning ? lift : 0;
   cfg.restart_base = restart_base;
   Search s(make_instance(p, static_cast<int64_t>(capacity / p.unit), kind, mirror), cfg);
   Outcome o{s.run(node_cap, nullptr, Clock::now(), false), {}, s.stats()};
@@ -131,14 +134,19 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
     const bool mirror = rng() % 2 == 0;
     const int64_t restarts = it % 3 == 0 ? 1000 : 0;
     for (uint64_t cap = lb; cap <= top; ++cap) {
-      const Outcome with = run(b, cap, kind, mirror, true, restarts, kNodes);
+      // The rule at branching points (the default) and after every placement too (where it
+      // decides more of the failures: a wrong raise shows more often).
+      const Outcome with = run(b, cap, kind, mirror, true, restarts, kNodes, 1 + it % 2);
       const Outcome without = run(b, cap, kind, mirror, false, restarts, kNodes);
       fired.skipped += with.stats.skipped;
       fired.nogood_hits += with.stats.nogood_hits;
       fired.learnt += with.stats.learnt;
+      fired.lifts += with.stats.lifts;
       EXPECT_TRUE(with.stats.backjump);
       EXPECT_FALSE(without.stats.backjump);
-      EXPECT_EQ(without.stats.skipped + without.stats.learnt + without.stats.nogood_hits, 0);
+      EXPECT_EQ(without.stats.skipped + without.stats.learnt + without.stats.nogood_hits +
+                    without.stats.lifts,
+                0);
       for (const Outcome* o : {&with, &without}) {
         if (o->state == Search::State::kSolved) {
           EXPECT_EQ(roam::check_allocation(b, o->offsets, cap), "") << "instance " << it;
@@ -156,16 +164,18 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
       (with.state == Search::State::kSolved ? feasible : infeasible) += 1;
     }
   }
-  // Both outcomes occur, and backjumping and the nogoods did their work on the way.
+  // Both outcomes occur, and backjumping, the nogoods and the rule did their work on the way.
   EXPECT_GE(compared, 2000);
   EXPECT_GE(feasible, 1000);
   EXPECT_GE(infeasible, 100);
   EXPECT_GT(fired.skipped, 5000);
   EXPECT_GT(fired.learnt, 10000);
   EXPECT_GT(fired.nogood_hits, 5000);
+  EXPECT_GT(fired.lifts, 5000);
   std::cout << "compared " << compared << " (" << feasible << " feasible, " << infeasible
             << " infeasible); skipped choices " << fired.skipped << ", nogoods learnt "
-            << fired.learnt << ", nogood hits " << fired.nogood_hits << "; undecided " << undecided
+            << fired.learnt << ", nogood hits " << fired.nogood_hits << ", bases raised "
+            << fired.lifts << "; undecided " << undecided
             << "\n";
 }
 

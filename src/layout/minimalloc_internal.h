@@ -64,6 +64,8 @@ Instance make_instance(const Prepared& p, int64_t cap_units, int kind, bool mirr
 // How one search behaves (besides its candidate order, which is in its Instance).
 struct SearchConfig {
   bool strong = true;          // the unallocated-floor threshold bound
+  int lift = 1;                // the lowest-buffer rule raising bases in that bound: 0 off, 1 at
+                               // branching points, 2 also after every candidate's placement
   bool memo = true;            // remember failed region states
   bool backjump = true;        // conflict-directed backjumping (false: the previous rule, the
                                // choices of independent regions skipped; no nogoods)
@@ -96,6 +98,8 @@ class Search {
   struct Stats {
     bool backjump = false;
     int64_t skipped = 0, learnt = 0, nogood_hits = 0;
+    int64_t lifts = 0;  // bases raised by the lowest-buffer rule
+    int deepest = 0;    // the most buffers placed at once
   };
   Stats stats() const;
   // Offsets in units per buffer of the instance, once solved.
