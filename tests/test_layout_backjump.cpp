@@ -2,12 +2,12 @@
 // static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h). They
 // only skip alternatives, fail states and raise bases where provably no solution is lost (the
 // rule's raised bases enter the conflicts through their own explanation), so the search with them
-// must decide every instance exactly as the search without them (backjump = false, lift = false:
+// must decide every instance exactly as the search without them (backjump = false, lift = 0:
 // the previous algorithm, which skips only the choices of independent regions; the brute-force
 // tests of test_roam_layout.cpp check it): a layout where it finds one, a proof of infeasibility
-// where it proves one. Compared on instances where both decide within a node limit, at every capacity
-// from the live-size bound to a known packing's height; the test also counts that the skips and
-// nogood hits happened (a comparison where they never fire would test nothing).
+// where it proves one. Compared on instances where both decide within a node limit, at every
+// capacity from the live-size bound to a known packing's height; the test also counts that the
+// skips, nogood hits and raises happened (a comparison where they never fire would test nothing).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -78,9 +78,8 @@ std::vector<AllocBuffer> cut_square(std::mt19937_64& rng, int64_t side, int piec
   return b;
 }
 
-// Random lifetimes and sizes, some buffers aligned to 2 units.
-// Random buffers; `aligned`: alignments 1-8 on most of them, sizes up to 16 (a raised base is
-// aligned up, which its explanation must allow for).
+// Random lifetimes and sizes, some buffers aligned to 2 units; `aligned`: alignments 1-8, sizes
+// up to 16 (a raised base is aligned up, which its explanation must allow for).
 std::vector<AllocBuffer> random_buffers(std::mt19937_64& rng, bool aligned = false) {
   const int n = 6 + static_cast<int>(rng() % 14), horizon = 3 + static_cast<int>(rng() % 8);
   std::vector<AllocBuffer> b;

@@ -63,13 +63,14 @@
 //    height keeps every other buffer over s out of the run), a raise on the run and its
 //    neighbours, a section bound on its section, the unallocated-floor bound on the section where
 //    it fails and, per buffer counted there, one section of its span whose floor alone lifts its
-//    base that high (or the reason of the lowest-buffer raise that does). Walking back from a failure, the conflict (a set of sections) takes in the
-//    reason of every forced step that changed one of its sections; a choice whose decision
-//    changed none of them did not cause the failure, so its other alternatives are skipped. A
-//    choice that runs out of alternatives passes on the union of its alternatives' conflicts and
-//    its own cell's reason. The search stays complete (a skipped alternative would fail the same
-//    way). Where a set of sections per choice on the stack would pass 2^22 words (32 MiB; huge
-//    instances), the search keeps the dynamic decomposition's rule alone, without nogoods.
+//    base that high (or the reason of the lowest-buffer raise that does). Walking back from a
+//    failure, the conflict (a set of sections) takes in the reason of every forced step that
+//    changed one of its sections; a choice whose decision changed none of them did not cause the
+//    failure, so its other alternatives are skipped. A choice that runs out of alternatives passes
+//    on the union of its alternatives' conflicts and its own cell's reason. The search stays
+//    complete (a skipped alternative would fail the same way). Where a set of sections per choice
+//    on the stack would pass 2^22 words (32 MiB; huge instances), the search keeps the dynamic
+//    decomposition's rule alone, without nogoods.
 //  - Local nogoods. The conflict of an exhausted choice is a set of sections whose state (each
 //    one's floor and its unplaced buffers) alone admits no solution; it is kept (hashed, 16 per
 //    section of the choice's cell, conflicts of up to 64 sections, 2^22 sections in all) and a

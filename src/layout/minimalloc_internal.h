@@ -99,7 +99,6 @@ class Search {
     bool backjump = false;
     int64_t skipped = 0, learnt = 0, nogood_hits = 0;
     int64_t lifts = 0;  // bases raised by the lowest-buffer rule
-    int deepest = 0;    // the most buffers placed at once
   };
   Stats stats() const;
   // Offsets in units per buffer of the instance, once solved.

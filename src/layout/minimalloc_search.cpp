@@ -18,7 +18,8 @@ class Search::Impl {
   using State = Search::State;
 
   Impl(Instance inst, const SearchConfig& cfg)
-      : in_(std::move(inst)), strong_(cfg.strong), lift_(cfg.strong ? cfg.lift : 0), memo_(cfg.memo), backjump_(cfg.backjump), learn_(cfg.learn),
+      : in_(std::move(inst)), strong_(cfg.strong), lift_(cfg.strong ? cfg.lift : 0),
+        memo_(cfg.memo), backjump_(cfg.backjump), learn_(cfg.learn),
         leftmost_(cfg.leftmost),
         contact_(cfg.contact),
         restart_base_(cfg.restart_base), seed_(cfg.seed), noise_(cfg.noise) {
@@ -225,7 +226,6 @@ class Search::Impl {
           // Before the placement every section of the span was open, unblocked, at `old`.
           const int b = e.idx;
           placed_[b] = 0;
-          --placed_count_;
           for (int s = in_.sa[b]; s < in_.sb[b]; ++s) {
             h_[s] = e.old;
             rem_[s] += in_.size[b];
@@ -267,8 +267,8 @@ class Search::Impl {
     const int lo = dirty_lo_, hi = dirty_hi_;
     clean();
     // The lowest-buffer rule runs here, at branching points only (lift = 1). After every
-    // candidate's placement too (lift = 2) single searches on the hardest generated instances
-    // solved 11 of 114 runs instead of 10 in the same nodes, but in 1.7x the time.
+    // candidate's placement too (lift = 2), with one round, single searches on the hardest
+    // generated instances solved 11 of 114 runs instead of 10 in the same nodes, in 1.7x the time.
     lift_now_ = lift_ > 0;
     const bool ok = strong_local(lo, hi);
     lift_now_ = lift_ > 1;
@@ -401,6 +401,13 @@ class Search::Impl {
     cur_.clear();
     const bool packed = in_.cap < (int64_t{1} << 40) && in_.n < (1 << 23);
     bases_.clear();
+    auto push_base = [&](int64_t base, int b) {  // the threshold check's (base, buffer) pairs
+      if (packed) {
+        keys_.push_back((static_cast<uint64_t>(base) << 23) | static_cast<uint64_t>(b));
+      } else {
+        bases_.emplace_back(base, b);
+      }
+    };
     auto add = [&](int b) {
       int64_t base;
       const int lo = std::max(in_.sa[b], A), hi = std::min(in_.sb[b], E);
@@ -414,11 +421,7 @@ class Search::Impl {
         base_of_[b] = floor_base_[b] = base;
         cur_.push_back(b);
       }
-      if (packed) {
-        keys_.push_back((static_cast<uint64_t>(base) << 23) | static_cast<uint64_t>(b));
-      } else {
-        bases_.emplace_back(base, b);
-      }
+      push_base(base, b);
       if (base + in_.size[b] <= in_.cap) return true;
       if (backjump_) {  // the conflict: one section whose floor alone lifts b that high
         const int sec = floor_witness(b, base, in_.sa[b]);
@@ -439,14 +442,7 @@ class Search::Impl {
     if (!lifted_.empty()) {  // the threshold check below runs on the raised bases
       keys_.clear();
       bases_.clear();
-      for (int b : cur_) {
-        const int64_t base = base_of_[b];
-        if (packed) {
-          keys_.push_back((static_cast<uint64_t>(base) << 23) | static_cast<uint64_t>(b));
-        } else {
-          bases_.emplace_back(base, b);
-        }
-      }
+      for (int b : cur_) push_base(base_of_[b], b);
     }
     for (int s = A; s < E; ++s) acc_[s] = 0;
     int fail_sec = -1;
@@ -687,7 +683,6 @@ class Search::Impl {
     trail_.push_back({kPlace, b, b, at, why_});
     placed_[b] = 1;
     off_[b] = at;
-    if (++placed_count_ > stats_.deepest) stats_.deepest = placed_count_;
     const int64_t top = at + in_.size[b];
     tree_.assign(in_.sa[b], in_.sb[b], 2 * top);
     for (int s = in_.sa[b]; s < in_.sb[b]; ++s) {
@@ -1114,8 +1109,9 @@ class Search::Impl {
   double noise_ = 1.0;
   std::vector<std::pair<int64_t, int>> bases_;
   std::vector<int64_t> acc_;
-  // The lowest-buffer rule: per section the two lowest tops, the buffer with the lowest, the
-  // highest base; per buffer its base in this check, its raised base and the raising section.
+  // The lowest-buffer rule (lift_bases): this check's raises; per section the two lowest tops,
+  // the buffer with the lowest, the highest and lowest base; per buffer its base now and from
+  // the floors, its last raise.
   struct Lift {
     int b, round, sec;
     int64_t base;
@@ -1134,7 +1130,6 @@ class Search::Impl {
   std::vector<int64_t> base_of_, floor_base_;     // per buffer: base now, base from floors
   std::vector<int> low1_of_, last_lift_, lifted_, cur_, lift_seen_list_;
   std::vector<uint8_t> lift_seen_;
-  int placed_count_ = 0;
   static constexpr size_t kMemoCap = 1 << 19;
   KeySet failed_states_{kMemoCap};
   static constexpr int kMaxRuns = 64;
