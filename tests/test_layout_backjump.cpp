@@ -1,13 +1,14 @@
-// Conflict-directed backjumping, local nogoods and the lowest-buffer rule in the exact
-// static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h). They
-// only skip alternatives, fail states and raise bases where provably no solution is lost (the
-// rule's raised bases enter the conflicts through their own explanation), so the search with them
-// must decide every instance exactly as the search without them (backjump = false, lift = 0:
-// the previous algorithm, which skips only the choices of independent regions; the brute-force
-// tests of test_roam_layout.cpp check it): a layout where it finds one, a proof of infeasibility
-// where it proves one. Compared on instances where both decide within a node limit, at every
-// capacity from the live-size bound to a known packing's height; the test also counts that the
-// skips, nogood hits and raises happened (a comparison where they never fire would test nothing).
+// Conflict-directed backjumping, local nogoods, the lowest-buffer rule and failure weights in the
+// exact static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h).
+// They only skip alternatives, fail states, raise bases where provably no solution is lost (the
+// rule's raised bases enter the conflicts through their own explanation) and reorder alternatives,
+// so the search with them must decide every instance exactly as the search without them
+// (backjump = false, lift = 0, no weights: the previous algorithm, which skips only the choices of
+// independent regions; the brute-force tests of test_roam_layout.cpp check it): a layout where it
+// finds one, a proof of infeasibility where it proves one. Compared on instances where both decide
+// within a node limit, at every capacity from the live-size bound to a known packing's height; the
+// test also counts that the skips, nogood hits, raises and cells chosen by weight happened (a
+// comparison where they never fire would test nothing).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -29,13 +30,15 @@ struct Outcome {
 };
 
 Outcome run(const std::vector<AllocBuffer>& b, uint64_t capacity, int kind, bool mirror,
-            bool learning, int64_t restart_base, int64_t node_cap, int lift = 2) {
+            bool learning, int64_t restart_base, int64_t node_cap, int lift = 2,
+            bool weights = false) {
   const Prepared p = prepare(b);
   SearchConfig cfg;
   cfg.backjump = learning;
   cfg.learn = learning;
   cfg.lift = learning ? lift : 0;
   cfg.restart_base = restart_base;
+  cfg.weights = weights;
   Search s(make_instance(p, static_cast<int64_t>(capacity / p.unit), kind, mirror), cfg);
   Outcome o{s.run(node_cap, nullptr, Clock::now(), false), {}, s.stats()};
   if (o.state == Search::State::kSolved) {
@@ -136,17 +139,21 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
     const int64_t restarts = it % 3 == 0 ? 1000 : 0;
     for (uint64_t cap = lb; cap <= top; ++cap) {
       // The rule at branching points (the default) and after every placement too (where it
-      // decides more of the failures: a wrong raise shows more often).
-      const Outcome with = run(b, cap, kind, mirror, true, restarts, kNodes, 1 + (it / 4) % 2);
+      // decides more of the failures: a wrong raise shows more often); failure weights (they
+      // reorder the alternatives and the cells at one height, and must lose nothing) on every
+      // other instance.
+      const Outcome with =
+          run(b, cap, kind, mirror, true, restarts, kNodes, 1 + (it / 4) % 2, it % 2 == 1);
       const Outcome without = run(b, cap, kind, mirror, false, restarts, kNodes);
       fired.skipped += with.stats.skipped;
       fired.nogood_hits += with.stats.nogood_hits;
       fired.learnt += with.stats.learnt;
       fired.lifts += with.stats.lifts;
+      fired.weighed_ties += with.stats.weighed_ties;
       EXPECT_TRUE(with.stats.backjump);
       EXPECT_FALSE(without.stats.backjump);
       EXPECT_EQ(without.stats.skipped + without.stats.learnt + without.stats.nogood_hits +
-                    without.stats.lifts,
+                    without.stats.lifts + without.stats.weighed_ties,
                 0);
       for (const Outcome* o : {&with, &without}) {
         if (o->state == Search::State::kSolved) {
@@ -173,10 +180,12 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
   EXPECT_GT(fired.learnt, 10000);
   EXPECT_GT(fired.nogood_hits, 5000);
   EXPECT_GT(fired.lifts, 5000);
+  EXPECT_GT(fired.weighed_ties, 1000);
   std::cout << "compared " << compared << " (" << feasible << " feasible, " << infeasible
             << " infeasible); skipped choices " << fired.skipped << ", nogoods learnt "
             << fired.learnt << ", nogood hits " << fired.nogood_hits << ", bases raised "
-            << fired.lifts << "; undecided " << undecided
+            << fired.lifts << ", cells chosen by weight " << fired.weighed_ties << "; undecided "
+            << undecided
             << "\n";
 }
 

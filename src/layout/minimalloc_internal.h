@@ -76,6 +76,10 @@ struct SearchConfig {
   int64_t restart_base = 1000; // Luby restarts of this many nodes; 0: none
   double noise = 1.0;          // candidate-order perturbation at restarts (x number of buffers)
   uint64_t seed = 1;
+  bool weights = false;        // failure weights (dom/wdeg): restarts order candidates by the
+                               // failures their sections took part in, and ties of the
+                               // branching cell go to the most failed section
+  double weight_growth = 1.05; // per failure, the growth of what the next one adds
 };
 
 // One resumable depth-first search (explicit stack of choice points, undo trail).
@@ -99,6 +103,7 @@ class Search {
     bool backjump = false;
     int64_t skipped = 0, learnt = 0, nogood_hits = 0;
     int64_t lifts = 0;  // bases raised by the lowest-buffer rule
+    int64_t weighed_ties = 0;  // cells chosen over an equal one by failure weight
   };
   Stats stats() const;
   // Offsets in units per buffer of the instance, once solved.

@@ -22,7 +22,8 @@ class Search::Impl {
         memo_(cfg.memo), backjump_(cfg.backjump), learn_(cfg.learn),
         leftmost_(cfg.leftmost),
         contact_(cfg.contact),
-        restart_base_(cfg.restart_base), seed_(cfg.seed), noise_(cfg.noise) {
+        restart_base_(cfg.restart_base), seed_(cfg.seed), noise_(cfg.noise),
+        weights_(cfg.weights), weight_growth_(cfg.weight_growth) {
     init();
   }
 
@@ -57,7 +58,9 @@ class Search::Impl {
 
  private:
   // Restarts (Luby sequence times restart_base_ nodes): back to the root with the candidate
-  // order perturbed by a deterministic pseudo-random noise; the failed-state memo is kept.
+  // order perturbed by a deterministic pseudo-random noise; the failed-state memo is kept. With
+  // failure weights the order perturbed is the one by weight (the sum over the buffer's sections,
+  // heaviest first; ties in the heuristic's order), not the heuristic's.
   static int64_t luby(int64_t i) {  // 1-based: 1 1 2 1 1 2 4 1 1 2 ...
     int64_t k = 1;
     while ((int64_t{1} << k) - 1 < i) ++k;
@@ -81,10 +84,24 @@ class Search::Impl {
     next_restart_ = nodes_ + restart_base_ * luby(restart_index_ + 1);
     uint64_t x = mix(seed_ * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(restart_index_));
     std::vector<std::pair<double, int>> key(in_.n);
+    const std::vector<int>* order = &base_rank_;
+    if (weights_) {
+      std::vector<std::pair<double, int>> by_weight(in_.n);
+      for (int b = 0; b < in_.n; ++b) {
+        double sum = 0;
+        for (int sec = in_.sa[b]; sec < in_.sb[b]; ++sec) sum += weight_[sec];
+        by_weight[b] = {-sum, base_rank_[b]};
+      }
+      std::vector<int> ord(in_.n);
+      std::iota(ord.begin(), ord.end(), 0);
+      std::sort(ord.begin(), ord.end(), [&](int a, int b) { return by_weight[a] < by_weight[b]; });
+      for (int r = 0; r < in_.n; ++r) weight_rank_[ord[r]] = r;
+      order = &weight_rank_;
+    }
     for (int b = 0; b < in_.n; ++b) {
       x = mix(x);
       const double noise = static_cast<double>(x >> 11) / 9007199254740992.0;  // [0, 1)
-      key[b] = {base_rank_[b] + noise_ * in_.n * noise, b};
+      key[b] = {(*order)[b] + noise_ * in_.n * noise, b};
     }
     std::sort(key.begin(), key.end());
     for (int r = 0; r < in_.n; ++r) in_.rank[key[r].second] = r;
@@ -198,6 +215,10 @@ class Search::Impl {
       if (!strong_ok(0, S)) failed_root_ = true;
     }
     base_rank_ = in_.rank;
+    if (weights_) {
+      weight_.assign(S, 0.0);
+      weight_rank_ = in_.rank;
+    }
     next_restart_ = restart_base_;
     for (int s = 0; s < S; ++s) {
       if (rem_[s] > in_.cap) failed_root_ = true;
@@ -275,8 +296,37 @@ class Search::Impl {
     return ok;
   }
 
+  // Failure weights (SearchConfig::weights): every failure adds bump_ to each section of its
+  // reason (a failed bound's or cell's, not the conflicts backjumping accumulates); bump_ grows
+  // by weight_growth_ per failure, so recent failures count more (as VSIDS in SAT solvers).
+  void weigh(const Why& w) {
+    if (!weights_) return;
+    for (int s = w.lo; s < w.hi; ++s) weight_[s] += bump_;
+    if (w.x1 >= 0) weight_[w.x1] += bump_;
+    if (w.x2 >= 0) weight_[w.x2] += bump_;
+    grow_bump();
+  }
+  void weigh(const uint64_t* set) {
+    if (!weights_ || !backjump_) return;  // without backjumping the sets are not kept
+    for (int w = 0; w < words_; ++w) {
+      for (uint64_t m = set[w]; m; m &= m - 1) {
+        const int sec = w * 64 + __builtin_ctzll(m);
+        if (sec < in_.num_sections) weight_[sec] += bump_;
+      }
+    }
+    grow_bump();
+  }
+  void grow_bump() {
+    bump_ *= weight_growth_;
+    if (bump_ > 1e100) {  // rescale: only the ratios matter
+      for (double& x : weight_) x *= 1e-100;
+      bump_ *= 1e-100;
+    }
+  }
+
   // A failure: its sections become the conflict that backtrack() walks back (with backjumping).
   void fail(const Why& w) {
+    weigh(w);
     failed_ = true;
     if (!backjump_) return;
     clear_set(conflict_.data());
@@ -798,7 +848,10 @@ class Search::Impl {
       for (int sec = run_lo; sec <= run_hi; ++sec) {
         acc += diff_[sec];
         const int alt = acc + (hh + 1 + rem_[sec] <= in_.cap ? 1 : 0);
-        if (alt < best_alt) {
+        // Ties: the heaviest section with failure weights, else the leftmost.
+        const bool heavier = weights_ && alt == best_alt && weight_[sec] > weight_[best_sec];
+        if (heavier) ++stats_.weighed_ties;
+        if (alt < best_alt || heavier) {
           best_alt = alt;
           best_sec = sec;
           best_r0 = run_lo;
@@ -865,6 +918,7 @@ class Search::Impl {
     // checks after each forced step would have; they were most of the time on large instances).
     if (!flush()) {
       cand_pool_.resize(cb);
+      weigh(strong_set_.data());
       fail_set(strong_set_.data());
       return;
     }
@@ -931,6 +985,7 @@ class Search::Impl {
         why_ = Why{};
         place(b, c.h);
         if (!strong_ || strong_local(in_.sa[b], in_.sb[b])) return true;
+        weigh(strong_set_.data());
         merge(strong_set_.data());
         undo_to(c.mark);
         restore_pending(c);
@@ -946,6 +1001,7 @@ class Search::Impl {
         } else if (!strong_ || strong_local(c.sec, c.sec + 1)) {
           return true;
         } else {
+          weigh(strong_set_.data());
           merge(strong_set_.data());
         }
         undo_to(c.mark);
@@ -1107,6 +1163,12 @@ class Search::Impl {
   int64_t restart_base_ = 1000, next_restart_ = 0, restart_index_ = 0;
   uint64_t seed_ = 1;
   double noise_ = 1.0;
+  // Failure weights (SearchConfig::weights): per section, and the order they give at restarts.
+  bool weights_ = false;
+  double weight_growth_ = 1.05;
+  double bump_ = 1.0;
+  std::vector<double> weight_;
+  std::vector<int> weight_rank_;
   std::vector<std::pair<int64_t, int>> bases_;
   std::vector<int64_t> acc_;
   // The lowest-buffer rule (lift_bases): this check's raises; per section the two lowest tops,
