@@ -1,5 +1,5 @@
-// Conflict-directed backjumping, local nogoods, the lowest-buffer rule and failure weights in the
-// exact static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h).
+// Conflict-directed backjumping, local nogoods, the lowest-buffer and precedence rules and failure
+// weights in the exact static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h).
 // They only skip alternatives, fail states, raise bases where provably no solution is lost (the
 // rule's raised bases enter the conflicts through their own explanation) and reorder alternatives,
 // so the search with them must decide every instance exactly as the search without them
@@ -7,8 +7,8 @@
 // independent regions; the brute-force tests of test_roam_layout.cpp check it): a layout where it
 // finds one, a proof of infeasibility where it proves one. Compared on instances where both decide
 // within a node limit, at every capacity from the live-size bound to a known packing's height; the
-// test also counts that the skips, nogood hits, raises and cells chosen by weight happened (a
-// comparison where they never fire would test nothing).
+// test also counts that the skips, nogood hits, raises (by either rule) and cells chosen by weight
+// happened (a comparison where they never fire would test nothing).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -150,10 +150,12 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
       fired.learnt += with.stats.learnt;
       fired.lifts += with.stats.lifts;
       fired.weighed_ties += with.stats.weighed_ties;
+      fired.precedences += with.stats.precedences;
       EXPECT_TRUE(with.stats.backjump);
       EXPECT_FALSE(without.stats.backjump);
       EXPECT_EQ(without.stats.skipped + without.stats.learnt + without.stats.nogood_hits +
-                    without.stats.lifts + without.stats.weighed_ties,
+                    without.stats.lifts + without.stats.weighed_ties +
+                    without.stats.precedences,
                 0);
       for (const Outcome* o : {&with, &without}) {
         if (o->state == Search::State::kSolved) {
@@ -181,11 +183,12 @@ TEST(LayoutBackjump, DecidesEveryInstanceAsTheChronologicalSearch) {
   EXPECT_GT(fired.nogood_hits, 5000);
   EXPECT_GT(fired.lifts, 5000);
   EXPECT_GT(fired.weighed_ties, 1000);
+  EXPECT_GT(fired.precedences, 5000);
   std::cout << "compared " << compared << " (" << feasible << " feasible, " << infeasible
             << " infeasible); skipped choices " << fired.skipped << ", nogoods learnt "
             << fired.learnt << ", nogood hits " << fired.nogood_hits << ", bases raised "
-            << fired.lifts << ", cells chosen by weight " << fired.weighed_ties << "; undecided "
-            << undecided
+            << fired.lifts << ", by precedence " << fired.precedences << ", cells chosen by weight "
+            << fired.weighed_ties << "; undecided " << undecided
             << "\n";
 }
 

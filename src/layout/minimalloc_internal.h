@@ -66,6 +66,7 @@ struct SearchConfig {
   bool strong = true;          // the unallocated-floor threshold bound
   int lift = 1;                // the lowest-buffer rule raising bases in that bound: 0 off, 1 at
                                // branching points, 2 also after every candidate's placement
+  bool precedence = true;      // the precedence rule after the lowest-buffer rule (lift > 0)
   bool memo = true;            // remember failed region states
   bool backjump = true;        // conflict-directed backjumping (false: the previous rule, the
                                // choices of independent regions skipped; no nogoods)
@@ -104,6 +105,7 @@ class Search {
     int64_t skipped = 0, learnt = 0, nogood_hits = 0;
     int64_t lifts = 0;  // bases raised by the lowest-buffer rule
     int64_t weighed_ties = 0;  // cells chosen over an equal one by failure weight
+    int64_t precedences = 0;   // bases raised by the precedence rule
   };
   Stats stats() const;
   // Offsets in units per buffer of the instance, once solved.

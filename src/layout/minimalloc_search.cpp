@@ -24,6 +24,7 @@ class Search::Impl {
         contact_(cfg.contact),
         restart_base_(cfg.restart_base), seed_(cfg.seed), noise_(cfg.noise),
         weights_(cfg.weights), weight_growth_(cfg.weight_growth) {
+    precedence_ = lift_ > 0 && cfg.precedence;
     init();
   }
 
@@ -178,6 +179,13 @@ class Search::Impl {
       base_of_.assign(in_.n, 0);
       floor_base_.assign(in_.n, 0);
       last_lift_.assign(in_.n, -1);
+      ceil_.assign(in_.n, 0);
+      ceil_mark_.assign(in_.n, 0);
+      prec_base_.assign(in_.n, 0);
+      prec_mark_.assign(in_.n, 0);
+      ceil_sec_.assign(in_.n, -1);
+      prec_j_.assign(in_.n, -1);
+      prec_sec_.assign(in_.n, -1);
     }
     uhash_.assign(S, 0);
     bhash_.resize(in_.n);
@@ -621,7 +629,7 @@ class Search::Impl {
         hot_[s] = min_base_[s] < kInf && top_base_[s] > above;  // a base above floor + slack
         hot = hot || hot_[s];
       }
-      if ((round == 1 && !hot) || round > kLiftRounds) return true;
+      if ((round == 1 && !hot) || round > kLiftRounds) return precede(A, E, round);
       const size_t first = lifts_.size();
       for (int b : evals_) {
         const int64_t base = base_of_[b];
@@ -641,7 +649,7 @@ class Search::Impl {
           lifts_.push_back({b, round, at, best, last_lift_[b]});
         }
       }
-      if (lifts_.size() == first) return true;
+      if (lifts_.size() == first) return precede(A, E, round);
       stats_.lifts += static_cast<int64_t>(lifts_.size() - first);
       ++epoch_;
       secs_.clear();
@@ -674,6 +682,78 @@ class Search::Impl {
         }
       }
     }
+  }
+
+  // The precedence rule, after the lowest-buffer rule's rounds (as round r, on their bases). A
+  // section s where one unplaced buffer j alone can be the lowest (every other one's base is above
+  // cap - rem(s)) puts j at cap - rem(s) or below: j's ceiling (the lowest over such sections).
+  // A buffer k sharing a section with j whose top cannot be at or below that ceiling cannot lie
+  // below j, so it lies above: its base rises to j's base + size (aligned up). One raise per
+  // buffer (the highest), recorded in lifts_ for explain_lift(). False: a raised buffer no longer
+  // fits under the capacity (the conflict in strong_set_).
+  bool precede(int A, int E, int r) {
+    if (!precedence_) return true;
+    const int64_t ep = ++prec_epoch_;
+    prec_js_.clear();
+    for (int s = A; s < E; ++s) {
+      if (cnt_[s] == 0) continue;
+      const int64_t thr = in_.cap - rem_[s];
+      int only = -1, lowest = 0;
+      for (int b : cover_[s]) {
+        if (placed_[b] || base_of_[b] > thr) continue;
+        only = b;
+        if (++lowest > 1) break;
+      }
+      if (lowest != 1) continue;
+      if (ceil_mark_[only] != ep) {
+        ceil_mark_[only] = ep;
+        ceil_[only] = thr;
+        ceil_sec_[only] = s;
+        prec_js_.push_back(only);
+      } else if (thr < ceil_[only]) {
+        ceil_[only] = thr;
+        ceil_sec_[only] = s;
+      }
+    }
+    prec_raised_.clear();
+    for (int j : prec_js_) {
+      const int64_t top = base_of_[j] + in_.size[j], ceiling = ceil_[j];
+      const int from = std::max(in_.sa[j], A), to = std::min(in_.sb[j], E);
+      for (int s = from; s < to; ++s) {
+        for (int k : cover_[s]) {
+          if (placed_[k] || k == j || base_of_[k] + in_.size[k] <= ceiling) continue;
+          const int64_t v = align_up_i(top, in_.align[k]);
+          if (v <= base_of_[k]) continue;
+          if (prec_mark_[k] != ep) {
+            prec_mark_[k] = ep;
+            prec_raised_.push_back(k);
+          } else if (v <= prec_base_[k]) {
+            continue;
+          }
+          prec_base_[k] = v;
+          prec_j_[k] = j;
+          prec_sec_[k] = s;
+        }
+      }
+    }
+    stats_.precedences += static_cast<int64_t>(prec_raised_.size());
+    for (int k : prec_raised_) {  // all at once: every raise above came from round r - 1's bases
+      const int j = prec_j_[k];
+      lifts_.push_back({k, r, ceil_sec_[j], prec_base_[k], last_lift_[k], j, prec_sec_[k]});
+      if (last_lift_[k] < 0) lifted_.push_back(k);
+      last_lift_[k] = static_cast<int>(lifts_.size() - 1);
+      base_of_[k] = prec_base_[k];
+    }
+    for (int k : prec_raised_) {
+      if (base_of_[k] <= in_.cap - in_.size[k]) continue;
+      if (backjump_) {
+        clear_set(strong_set_.data());
+        explain_base(k, in_.cap - in_.size[k] + 1, r, in_.sa[k], strong_set_.data());
+        explained();
+      }
+      return false;
+    }
+    return true;
   }
 
   // Adds to `set` sections whose state puts b's base at t or above after `round` rounds of the
@@ -711,6 +791,18 @@ class Search::Impl {
     lift_seen_list_.push_back(i);
     const Lift l = lifts_[i];
     bits_add_range(set, l.sec, l.sec + 1);
+    if (l.j >= 0) {  // a precedence (precede()): j alone could be the lowest of l.sec
+      bits_add_range(set, l.sec2, l.sec2 + 1);
+      const int64_t ceiling = in_.cap - rem_[l.sec];
+      for (int c : cover_[l.sec]) {  // why each other buffer of l.sec cannot be the lowest
+        if (!placed_[c] && c != l.j) explain_base(c, ceiling + 1, l.round - 1, l.sec, set);
+      }
+      // b's top above the ceiling; j's top high enough that aligned up it gives b's base.
+      explain_base(l.b, ceiling - in_.size[l.b] + 1, l.round - 1, l.sec2, set);
+      const int64_t a = in_.align[l.b];
+      explain_base(l.j, (l.base - 1) / a * a + 1 - in_.size[l.j], l.round - 1, l.sec, set);
+      return;
+    }
     explain_base(l.b, in_.cap - rem_[l.sec] + 1, l.round - 1, l.sec, set);
     // The raised base is the lowest top aligned up: any top above the multiple of b's alignment
     // below it gives the same base.
@@ -1178,8 +1270,16 @@ class Search::Impl {
     int b, round, sec;
     int64_t base;
     int prev;  // b's previous raise in lifts_, or -1
+    int j = -1;     // a precedence: the buffer b lies above (j alone can be the lowest of sec)
+    int sec2 = -1;  // and a section j and b share
   };
   std::vector<Lift> lifts_;                       // this check's raises, in rounds
+  // The precedence rule (precede()): per buffer its ceiling and the section giving it, its raise
+  // (base, the buffer below it, the section they share), epoch marks; the round's buffers.
+  bool precedence_ = true;  // SearchConfig::precedence (with the lowest-buffer rule only)
+  int64_t prec_epoch_ = 0;
+  std::vector<int64_t> ceil_, ceil_mark_, prec_base_, prec_mark_;
+  std::vector<int> ceil_sec_, prec_j_, prec_sec_, prec_js_, prec_raised_;
   std::vector<int64_t> low1_, low2_, top_base_, min_base_;  // per section
   // Rounds of raises per check. Fixpoints take many (raises climbing each other), most of the
   // failures they catch come in the first; on the 40 generated instances 2 rounds and 8 fitted
