@@ -1,14 +1,14 @@
 // Conflict-directed backjumping, local nogoods, the lowest-buffer and precedence rules and failure
-// weights in the exact static-allocation search (src/layout/minimalloc_search.cpp, include/roam/roam_layout.h).
-// They only skip alternatives, fail states, raise bases where provably no solution is lost (the
-// rule's raised bases enter the conflicts through their own explanation) and reorder alternatives,
-// so the search with them must decide every instance exactly as the search without them
-// (backjump = false, lift = 0, no weights: the previous algorithm, which skips only the choices of
-// independent regions; the brute-force tests of test_roam_layout.cpp check it): a layout where it
-// finds one, a proof of infeasibility where it proves one. Compared on instances where both decide
-// within a node limit, at every capacity from the live-size bound to a known packing's height; the
-// test also counts that the skips, nogood hits, raises (by either rule) and cells chosen by weight
-// happened (a comparison where they never fire would test nothing).
+// weights in the exact static-allocation search (src/layout/minimalloc_search.cpp,
+// include/roam/roam_layout.h). They only skip alternatives, fail states, raise bases where provably
+// no solution is lost (the rule's raised bases enter the conflicts through their own explanation)
+// and reorder alternatives, so the search with them must decide every instance exactly as the
+// search without them (backjump = false, lift = 0, no weights: the previous algorithm, which skips
+// only the choices of independent regions; the brute-force tests of test_roam_layout.cpp check it):
+// a layout where it finds one, a proof of infeasibility where it proves one. Compared on instances
+// where both decide within a node limit, at every capacity from the live-size bound to a known
+// packing's height; the test also counts that the skips, nogood hits, raises (by either rule) and
+// cells chosen by weight happened (a comparison where they never fire would test nothing).
 #include <gtest/gtest.h>
 
 #include <random>

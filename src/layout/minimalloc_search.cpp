@@ -619,9 +619,7 @@ class Search::Impl {
           if (backjump_) {
             clear_set(strong_set_.data());
             bits_add_range(strong_set_.data(), s, s + 1);
-            for (int c : cover_[s]) {
-              if (!placed_[c]) explain_base(c, above + 1, round - 1, s, strong_set_.data());
-            }
+            explain_not_lowest(s, -1, round - 1, strong_set_.data());
             explained();
           }
           return false;
@@ -659,14 +657,7 @@ class Search::Impl {
         if (last_lift_[l.b] < 0) lifted_.push_back(l.b);
         last_lift_[l.b] = static_cast<int>(i);
         base_of_[l.b] = l.base;
-        if (l.base > in_.cap - in_.size[l.b]) {
-          if (backjump_) {
-            clear_set(strong_set_.data());
-            explain_base(l.b, in_.cap - in_.size[l.b] + 1, round, in_.sa[l.b], strong_set_.data());
-            explained();
-          }
-          return false;
-        }
+        if (!raised_fits(l.b, round)) return false;
         const int from = std::max(in_.sa[l.b], A), to = std::min(in_.sb[l.b], E);
         for (int s = from; s < to; ++s) {
           if (sec_mark_[s] == epoch_) continue;
@@ -745,20 +736,35 @@ class Search::Impl {
       base_of_[k] = prec_base_[k];
     }
     for (int k : prec_raised_) {
-      if (base_of_[k] <= in_.cap - in_.size[k]) continue;
-      if (backjump_) {
-        clear_set(strong_set_.data());
-        explain_base(k, in_.cap - in_.size[k] + 1, r, in_.sa[k], strong_set_.data());
-        explained();
-      }
-      return false;
+      if (!raised_fits(k, r)) return false;
     }
     return true;
   }
 
+  // Whether b's base, raised in round r, still fits under the capacity (if not, the conflict goes
+  // to strong_set_).
+  bool raised_fits(int b, int r) {
+    if (base_of_[b] <= in_.cap - in_.size[b]) return true;
+    if (backjump_) {
+      clear_set(strong_set_.data());
+      explain_base(b, in_.cap - in_.size[b] + 1, r, in_.sa[b], strong_set_.data());
+      explained();
+    }
+    return false;
+  }
+
+  // Adds to `set` why no unplaced buffer of s but `except` (-1: none) can be the lowest of s:
+  // each one's base after `round` rounds is above cap - rem(s).
+  void explain_not_lowest(int s, int except, int round, uint64_t* set) {
+    const int64_t above = in_.cap - rem_[s];
+    for (int c : cover_[s]) {
+      if (!placed_[c] && c != except) explain_base(c, above + 1, round, s, set);
+    }
+  }
+
   // Adds to `set` sections whose state puts b's base at t or above after `round` rounds of the
-  // lowest-buffer rule: one section whose floor alone does it (the one nearest `near`), else the
-  // earliest raise of b up to that round that reaches t, explained by explain_lift().
+  // lowest-buffer and precedence rules: one section whose floor alone does it (the one nearest
+  // `near`), else the earliest raise of b up to that round that reaches t (explain_lift()).
   void explain_base(int b, int64_t t, int round, int near, uint64_t* set) {
     if (floor_base_[b] >= t) {
       const int w = floor_witness(b, t, near);
@@ -794,9 +800,7 @@ class Search::Impl {
     if (l.j >= 0) {  // a precedence (precede()): j alone could be the lowest of l.sec
       bits_add_range(set, l.sec2, l.sec2 + 1);
       const int64_t ceiling = in_.cap - rem_[l.sec];
-      for (int c : cover_[l.sec]) {  // why each other buffer of l.sec cannot be the lowest
-        if (!placed_[c] && c != l.j) explain_base(c, ceiling + 1, l.round - 1, l.sec, set);
-      }
+      explain_not_lowest(l.sec, l.j, l.round - 1, set);
       // b's top above the ceiling; j's top high enough that aligned up it gives b's base.
       explain_base(l.b, ceiling - in_.size[l.b] + 1, l.round - 1, l.sec2, set);
       const int64_t a = in_.align[l.b];
