@@ -4,7 +4,8 @@
 // baseline order: the result is the best of roam's candidates and every baseline (program,
 // lescea, lpmf, bfs, dfs), by Tp.
 //
-// Pipeline (src/order/roam_order.cpp, src/order/roam_segment.cpp):
+// Pipeline (src/order/: roam_order_prep.cpp step 1 and the groups of step 2,
+// roam_order_update.cpp the rest of step 2, roam_order.cpp and roam_segment.cpp steps 3 on):
 //  1. Pinning (exact: never raises Tp). Sources -- ops with no predecessor whose storages all
 //     outlive them (a later user or a graph output), ops that touch no storage and depend only on
 //     sources (t of t of a parameter), linear memory-free chains hanging from a source (empty ->
