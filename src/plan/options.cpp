@@ -104,7 +104,7 @@ std::pair<std::string, nlohmann::json> parse_extra_option(const std::string& ass
 }
 
 uint64_t parse_byte_size(const std::string& text) {
-  // The grammar of roam.parse_size (python/roam/executor/api.py), so that a size means the same
+  // The grammar of roam.parse_size (python/roam/executor/planning.py), so that a size means the same
   // on the command line and in Python: [spaces] digits [. digits] [spaces] [unit] [spaces].
   auto fail = [&]() -> uint64_t {
     throw std::invalid_argument("'" + text +

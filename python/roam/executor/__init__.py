@@ -8,9 +8,10 @@
 ``python -m roam.run --model NAME --batch-size B --steps N`` compares eager and roam steps.
 """
 
-from .api import (ALIGNMENT, BudgetInfeasible, RoamStep, StepReport, add_rng_order_edges,
-                  load_plan, optimize, parse_size, plan_graph, validate_plan,
-                  with_graph_costs)
+from .api import RoamStep, optimize
+from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges, load_plan, parse_size,
+                       plan_graph, validate_plan, with_graph_costs)
+from .report import StepReport
 from .native import BUILD_HINT, NativeMissing, available, native
 from .program import PlanMismatch, Program
 

@@ -153,7 +153,7 @@ def dummy_trace(optimizer: torch.optim.Optimizer, group: Dict[str, Any],
         optimizer.state = defaultdict(dict)
         optimizer.state[d] = st
         d.grad = grad
-        from .api import eager_kernels_while_tracing
+        from .planning import eager_kernels_while_tracing
         if record:
             rec = _Recorder()
             with torch.no_grad(), rec:
