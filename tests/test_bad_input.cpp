@@ -487,6 +487,23 @@ TEST(BadInput, DuplicateJsonKeysAreRefused) {
   EXPECT_EQ(doc["meta"]["q\""], ":");
 }
 
+// Found by an adversarial review: a graph followed by a NUL byte and garbage was planned (the
+// parser stopped at the NUL), while the same garbage after a newline is refused.
+TEST(BadInput, NulByteIsRefusedWhereverItIs) {
+  roamtest::TempDir dir;
+  const std::string text = base().doc.dump();
+  roam::InputError after = read_error(dir, "nul_after.json", text + "\n" + std::string(1, '\0') + "{garbage");
+  EXPECT_EQ(after.field(), "(json)");
+  EXPECT_NE(std::string(after.what()).find("NUL byte at byte " + std::to_string(text.size() + 1)),
+            std::string::npos)
+      << after.what();
+  // Inside a string a raw NUL is not valid JSON either (it must be written \u0000).
+  std::string inside = text;
+  inside.insert(inside.find("\"a\"") + 2, std::string(1, '\0'));
+  roam::InputError in_string = read_error(dir, "nul_inside.json", inside);
+  EXPECT_NE(std::string(in_string.what()).find("NUL byte"), std::string::npos) << in_string.what();
+}
+
 std::string gzip_bytes(const std::string& text) {
   uLongf len = compressBound(static_cast<uLong>(text.size())) + 64;
   std::string out(len, '\0');

@@ -274,6 +274,11 @@ std::string gunzip(const std::string& data, const std::string& path) {
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& file) {
+  // JSON text has no raw NUL byte (in a string it is written \u0000); nlohmann's parser stops
+  // at one, so whatever followed it would go unread.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    throw InputError(file, "(json)", "", "malformed JSON: a NUL byte at byte " + std::to_string(nul));
+  }
   const TextScan scan = scan_text(text);
   if (scan.depth > kMaxDepth) {
     throw InputError(file, "(json)", "", "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
