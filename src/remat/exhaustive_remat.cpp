@@ -97,7 +97,6 @@ std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& re
   dfs(dfs);
   if (gave_up) return std::nullopt;
   if (applicable) *applicable = true;
-  if (budget_bytes < g.resident_bytes) found.erase(found.begin(), found.end());
   std::sort(found.begin(), found.end());
   PlanRequest req = request;
   req.order = "program";
@@ -117,6 +116,9 @@ std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& re
     }
     *smallest_budget = best;
   }
+  // Below the resident bytes nothing fits; the smallest budget met is still named (above: it
+  // was once skipped here, so the refusal named the plan without recomputation instead).
+  if (budget_bytes < g.resident_bytes) return std::nullopt;
   for (const Found& f : found) {
     if (f.tp > cap) continue;
     if (f.recomputations == 0) {  // an order of g itself: version 1
