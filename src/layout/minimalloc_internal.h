@@ -51,6 +51,7 @@ struct Prepared {
   std::vector<int64_t> width;               // lifetime length in input time units
   std::vector<int> dup_prev;
   std::vector<int64_t> section_total;       // units
+  std::vector<int64_t> congestion;          // per buffer: the largest section_total it spans
 };
 
 // Validates `buffers` (throws std::invalid_argument naming the buffer) and computes the unit,
