@@ -177,5 +177,25 @@ TEST(Minimize, BoundsAgreeWithBruteForceUnderSmallBudgets) {
   }
 }
 
+
+// A time limit that passes during the greedy layouts (here before any search: 1 ns): the buffers
+// not yet placed go on top of the placed ones, so the layout stays valid and aligned, and the
+// height is its own maximum end (recounted here). 3000 buffers with long lifetimes, aligned to
+// up to 8.
+TEST(Minimize, TimeLimitDuringTheGreedyLayoutsKeepsThemValid) {
+  std::mt19937_64 rng(77);
+  const std::vector<AllocBuffer> b = roamtest::random_tiny_buffers(rng, 3000, 2000, 1500, 4096, true, 8);
+  AllocSolveOptions o;
+  o.time_limit_seconds = 1e-9;
+  const AllocMinimizeResult m = minimize_allocation(b, o);
+  ASSERT_EQ(m.offsets.size(), b.size());
+  uint64_t top = 0;
+  for (size_t i = 0; i < b.size(); ++i) top = std::max(top, m.offsets[i] + b[i].size);
+  EXPECT_EQ(m.height, top);
+  EXPECT_TRUE(valid(b, m.offsets, m.height));
+  EXPECT_GE(m.height, m.lower_bound);
+  EXPECT_FALSE(m.proven_optimal);
+}
+
 }  // namespace
 }  // namespace roam

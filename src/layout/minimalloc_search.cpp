@@ -190,16 +190,30 @@ class Search::Impl {
     uhash_.assign(S, 0);
     bhash_.resize(in_.n);
     nogoods_.init(S);
+    // Per section: the unplaced bytes, buffers and hash, and per boundary the buffers crossing
+    // it, from differences at the ends of each span (a loop over every span is quadratic when
+    // lifetimes are long).
     for (int b = 0; b < in_.n; ++b) {
       bhash_[b] = mix(static_cast<uint64_t>(b) * 0x2545f4914f6cdd1dULL + 0x1234567ULL);
-      for (int s = in_.sa[b]; s < in_.sb[b]; ++s) {
-        rem_[s] += in_.size[b];
-        ++cnt_[s];
-        uhash_[s] ^= bhash_[b];
+      const int a = in_.sa[b], e = in_.sb[b];
+      rem_[a] += in_.size[b];
+      ++cnt_[a];
+      uhash_[a] ^= bhash_[b];
+      if (e < S) {
+        rem_[e] -= in_.size[b];
+        --cnt_[e];
+        uhash_[e] ^= bhash_[b];
       }
-      ++startcnt_[in_.sa[b]];
-      for (int i = in_.sa[b] + 1; i < in_.sb[b]; ++i) ++cross_[i];
+      ++startcnt_[a];
+      ++cross_[a + 1];
+      --cross_[e];  // crossing boundaries a + 1 .. e - 1 (none when e = a + 1)
     }
+    for (int s = 1; s < S; ++s) {
+      rem_[s] += rem_[s - 1];
+      cnt_[s] += cnt_[s - 1];
+      uhash_[s] ^= uhash_[s - 1];
+    }
+    for (int i = 1; i <= S; ++i) cross_[i] += cross_[i - 1];
     tree_.init(S);
     for (int s = 0; s < S; ++s) tree_.set(s, value(s));
     // Root components: boundaries that no buffer crosses.
