@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -104,6 +105,39 @@ TEST(BestFitGap, EqualsTheDefinitionOnRandomIntervals) {
         }
       }
     }
+  }
+}
+
+// A deadline already passed: the first 255 storages are placed by the definition (the clock is
+// read at the 256th), every later one at the highest end among the storages placed before it
+// whose live intervals meet its own (recounted here pairwise), so the layout stays valid.
+TEST(BestFitGap, PastTheDeadlineTheRestGoOnTheSkyline) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    const Instance x = random_instance(seed + 100, 900);
+    std::vector<StorageIdx> sequence(x.g.storages.size());
+    std::iota(sequence.begin(), sequence.end(), StorageIdx{0});
+    std::shuffle(sequence.begin(), sequence.end(), std::mt19937_64(seed));
+    const roam::Layout l = roam::layout_internal::place_best_fit_gap(
+        x.g, x.live, 64, sequence, std::chrono::steady_clock::time_point::min() + std::chrono::seconds(1));
+    const std::vector<StorageIdx> head(sequence.begin(), sequence.begin() + 255);
+    const std::vector<uint64_t> want_head = place_by_definition(x.sizes, x.live, head);
+    uint64_t arena = 0;
+    for (size_t i = 0; i < sequence.size(); ++i) {
+      const StorageIdx s = sequence[i];
+      uint64_t want = 0;
+      if (i < 255) {
+        want = want_head[s];
+      } else {
+        for (size_t j = 0; j < i; ++j) {
+          const StorageIdx t = sequence[j];
+          if (x.live.last[t] < x.live.first[s] || x.live.first[t] > x.live.last[s]) continue;
+          want = std::max(want, l.offsets[t] + x.sizes[t]);
+        }
+      }
+      ASSERT_EQ(l.offsets[s], want) << "seed " << seed << " position " << i;
+      arena = std::max(arena, want + x.sizes[s]);
+    }
+    EXPECT_EQ(l.reserved_bytes, arena);
   }
 }
 

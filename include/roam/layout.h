@@ -2,6 +2,7 @@
 // that storages whose live intervals intersect get disjoint byte ranges.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,19 +25,29 @@ struct Layout {
 /// end in the arena in the order they are created; `reserved_bytes` = total segment bytes.
 Layout layout_pytorch(const Graph& g, const Liveness& live, uint64_t alignment);
 
+/// The three best-fit baselines below take a `deadline`: once it has passed (checked every 256
+/// storages), the storages not yet placed go on top of the arena in the method's order, so the
+/// layout stays valid (no longer best fit) and --time-limit holds where best fit's pairwise
+/// comparisons add up (10,000 storages live through a 100,000-op step). make_layout passes
+/// PlanOptions::deadline; none by default.
+using LayoutDeadline = std::chrono::steady_clock::time_point;
+
 /// Long-lived-first best fit (ROAM paper's layout baseline): storages by decreasing lifetime
 /// (then size, then id); each placed in the smallest gap between conflicting placed storages
 /// that fits it, else on top of them.
-Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment);
+Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment,
+                   LayoutDeadline deadline = LayoutDeadline::max());
 
 /// TFLite's greedy-by-size: storages by decreasing size (then first step, then id); each placed
 /// in the smallest gap between conflicting placed storages that fits, else on top of them.
-Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alignment);
+Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alignment,
+                             LayoutDeadline deadline = LayoutDeadline::max());
 
 /// XLA's global decreasing-size best fit (GlobalDecreasingSizeBestFitHeap, spatial order):
 /// storages by decreasing aligned size, then decreasing lifetime, then StorageIdx; each in the
 /// smallest gap that fits among the conflicting placed storages, else on top of them.
-Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment);
+Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment,
+                       LayoutDeadline deadline = LayoutDeadline::max());
 
 /// `roam`: see roam/roam_layout.h (the paper's subgraph tree: independent windows, split into
 /// dependent leaves of at most extra["node_limit"] storages, each leaf solved by an exact

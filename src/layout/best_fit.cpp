@@ -16,7 +16,8 @@
 
 namespace roam {
 
-Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment) {
+Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment,
+                       std::chrono::steady_clock::time_point deadline) {
   layout_internal::check_layout_inputs(g, live, alignment, "best_fit");
   std::vector<StorageIdx> sequence(g.storages.size());
   std::iota(sequence.begin(), sequence.end(), StorageIdx{0});
@@ -29,7 +30,7 @@ Layout layout_best_fit(const Graph& g, const Liveness& live, uint64_t alignment)
     if (la != lb) return la > lb;
     return a < b;
   });
-  return layout_internal::place_best_fit_gap(g, live, alignment, sequence);
+  return layout_internal::place_best_fit_gap(g, live, alignment, sequence, deadline);
 }
 
 }  // namespace roam

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "minimalloc_structures.h"
+
 namespace roam::layout_internal {
 
 void check_layout_inputs(const Graph& g, const Liveness& live, uint64_t alignment,
@@ -159,7 +161,8 @@ class IntervalIndex {
 }  // namespace
 
 Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignment,
-                          const std::vector<StorageIdx>& sequence) {
+                          const std::vector<StorageIdx>& sequence,
+                          std::chrono::steady_clock::time_point deadline) {
   const size_t n = g.storages.size();
   if (sequence.size() != n) {
     throw std::invalid_argument("place_best_fit_gap: sequence has " +
@@ -178,6 +181,27 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
   size_t log_n = 1;
   while ((size_t{1} << log_n) < n) ++log_n;
   uint64_t arena = 0;
+  const bool timed = deadline != std::chrono::steady_clock::time_point::max();
+  bool late = false;
+  size_t count = 0;
+  // Past the deadline: a skyline over steps (per step the highest end live there); a storage
+  // goes at the highest end over its live interval, above every storage live with it.
+  minimalloc::MinTree skyline;
+  std::vector<StorageIdx> done;  // placed before the deadline
+  auto start_skyline = [&] {
+    int32_t steps = 1;
+    for (const int32_t l : live.last) steps = std::max(steps, l + 1);
+    skyline.init(steps);
+    skyline.assign(0, steps, 0);
+    std::sort(done.begin(), done.end(), [&](StorageIdx a, StorageIdx b) {
+      return out.offsets[a] + align_up(g.storages[a].size, alignment) <
+             out.offsets[b] + align_up(g.storages[b].size, alignment);
+    });
+    for (StorageIdx t : done) {  // ascending ends: a later assignment is the larger end
+      skyline.assign(live.first[t], live.last[t] + 1,
+                     static_cast<int64_t>(out.offsets[t] + align_up(g.storages[t].size, alignment)));
+    }
+  };
   for (StorageIdx s : sequence) {
     if (s < 0 || static_cast<size_t>(s) >= n || seen[s]) {
       throw std::invalid_argument("place_best_fit_gap: sequence is not a permutation of the "
@@ -187,6 +211,18 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
     const uint64_t size = align_up(g.storages[s].size, alignment);
     const int32_t first = live.first[s];
     const int32_t last = live.last[s];
+    if (timed && !late && ++count % 256 == 0 && std::chrono::steady_clock::now() >= deadline) {
+      late = true;
+      start_skyline();
+    }
+    if (late) {  // sizes are aligned, so are the ends
+      const int64_t at = std::max<int64_t>(0, skyline.max(first, last + 1));
+      skyline.assign(first, last + 1, at + static_cast<int64_t>(size));
+      out.offsets[s] = static_cast<uint64_t>(at);
+      arena = std::max(arena, out.offsets[s] + size);
+      continue;
+    }
+    if (timed) done.push_back(s);
 
     // The conflicting storages in increasing offset; `cursor` is the largest end among those
     // seen so far, and one starting above it leaves the gap [cursor, its offset).

@@ -8,7 +8,8 @@
 
 namespace roam {
 
-Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alignment) {
+Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alignment,
+                             std::chrono::steady_clock::time_point deadline) {
   layout_internal::check_layout_inputs(g, live, alignment, "greedy_by_size");
   std::vector<StorageIdx> sequence(g.storages.size());
   std::iota(sequence.begin(), sequence.end(), StorageIdx{0});
@@ -20,7 +21,7 @@ Layout layout_greedy_by_size(const Graph& g, const Liveness& live, uint64_t alig
     if (live.first[a] != live.first[b]) return live.first[a] < live.first[b];
     return a < b;
   });
-  return layout_internal::place_best_fit_gap(g, live, alignment, sequence);
+  return layout_internal::place_best_fit_gap(g, live, alignment, sequence, deadline);
 }
 
 }  // namespace roam

@@ -16,9 +16,9 @@ Layout make_layout(const Graph& g, const Liveness& live, const std::string& meth
                    const PlanOptions& options) {
   const uint64_t alignment = options.alignment;
   if (method == "pytorch") return layout_pytorch(g, live, alignment);
-  if (method == "llfb") return layout_llfb(g, live, alignment);
-  if (method == "greedy_by_size") return layout_greedy_by_size(g, live, alignment);
-  if (method == "best_fit") return layout_best_fit(g, live, alignment);
+  if (method == "llfb") return layout_llfb(g, live, alignment, options.deadline);
+  if (method == "greedy_by_size") return layout_greedy_by_size(g, live, alignment, options.deadline);
+  if (method == "best_fit") return layout_best_fit(g, live, alignment, options.deadline);
   if (method == "roam") return layout_roam(g, live, options);
   std::string valid;
   for (const std::string& m : layout_methods()) valid += (valid.empty() ? "" : ", ") + m;

@@ -7,7 +7,8 @@
 
 namespace roam {
 
-Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment) {
+Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment,
+                   std::chrono::steady_clock::time_point deadline) {
   layout_internal::check_layout_inputs(g, live, alignment, "llfb");
   std::vector<StorageIdx> sequence(g.storages.size());
   std::iota(sequence.begin(), sequence.end(), StorageIdx{0});
@@ -21,7 +22,7 @@ Layout layout_llfb(const Graph& g, const Liveness& live, uint64_t alignment) {
     if (sa != sb) return sa > sb;
     return a < b;
   });
-  return layout_internal::place_best_fit_gap(g, live, alignment, sequence);
+  return layout_internal::place_best_fit_gap(g, live, alignment, sequence, deadline);
 }
 
 }  // namespace roam

@@ -513,8 +513,9 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   const size_t n = g.storages.size();
 
   // 1. Baselines: the upper bound and the fallback. The first always (any valid layout will
-  // do), the others while the time left holds the longest one so far; no search once the time
-  // limit has passed.
+  // do; llfb, its storages past the time limit stacked on top, so that the limit holds where
+  // best fit's pairwise comparisons add up), the others while the time left holds the longest
+  // one so far; no search once the time limit has passed.
   const double budget = options.time_limit_seconds;
   auto used = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto out_of_time = [&] { return budget > 0 && used() >= budget; };
@@ -525,7 +526,11 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   for (const char* m : {"llfb", "greedy_by_size", "best_fit", "pytorch"}) {
     if (have && budget > 0 && budget - used() <= longest) break;
     const double before = used();
-    Layout l = make_layout(g, live, m, alignment);
+    Layout l = have || budget <= 0
+                   ? make_layout(g, live, m, alignment)
+                   : layout_llfb(g, live, alignment,
+                                 t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          std::chrono::duration<double>(std::min(budget, 1e9))));
     longest = std::max(longest, used() - before);
     const uint64_t a = arena_bytes(g, l.offsets, alignment);
     if (!have || a < best_arena) {

@@ -135,8 +135,14 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
           continue;
         }
         const auto pair_start = Clock::now();
-        PlanResult b = make_plan_for_order(g, o, os, {om, lm, req.options}, lb);
+        PlanOptions pair_options = req.options;
+        pair_options.deadline = end;  // past it the layout stacks the rest: not the baseline's
+        PlanResult b = make_plan_for_order(g, o, os, {om, lm, pair_options}, lb);
         longest = std::max(longest, std::chrono::duration<double>(Clock::now() - pair_start).count());
+        if (Clock::now() >= end) {  // cut by the time limit: not a baseline pair's arena
+          skipped.push_back(om + "+" + lm);
+          continue;
+        }
         pairs[om + "+" + lm] = b.plan.stats.arena_bytes;
         if (b.plan.stats.arena_bytes < r.plan.stats.arena_bytes) {
           b.plan.options = r.plan.options;
