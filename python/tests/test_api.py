@@ -60,6 +60,63 @@ def test_tuple_output_unused_parameters_and_custom_inputs():
     assert g.meta["loss"] == "<lambda>"
 
 
+def _lazy_cuda_seed_calls():
+    """The CUDA seeding queued by torch.manual_seed for CUDA's initialisation (the same
+    objects while nobody seeds again)."""
+    t = torch.cuda._lazy_seed_tracker
+    return t.manual_seed_all_cb, t.manual_seed_cb, list(t.call_order)
+
+
+def test_capture_leaves_the_global_random_state_as_it_found_it():
+    """roam.capture seeds the generators itself (torch.manual_seed(0): warm-up, trace, each
+    run) and the dropout draws: afterwards the CPU generator is where the caller left it
+    (the next draw is the one it would have been), and so is the CUDA seeding that
+    torch.manual_seed queues while CUDA is not initialised; also when the capture raises."""
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+    torch.manual_seed(1234)  # not the capture's own seed 0
+    model = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.5), nn.Linear(16, 3))  # draws a mask
+    opt = torch.optim.Adam(model.parameters(), foreach=False)  # no state: a warm-up step too
+    cpu, lazy = torch.get_rng_state(), _lazy_cuda_seed_calls()
+    expected_next = torch.rand(3)
+    torch.set_rng_state(cpu)
+    graph = roam.capture(model, opt, nn.CrossEntropyLoss(), (x, y), cost="none")
+    assert any(op["target"].startswith("aten.bernoulli") for op in graph.ops)  # it drew
+    assert torch.equal(torch.get_rng_state(), cpu)
+    assert _lazy_cuda_seed_calls() == lazy
+    assert torch.equal(torch.rand(3), expected_next)
+
+    def failing_loss(out, target):  # after the model drew its mask in the warm-up step
+        raise ValueError("loss failed")
+    torch.set_rng_state(cpu)
+    with pytest.raises(ValueError, match="loss failed"):
+        roam.capture(model, torch.optim.Adam(model.parameters(), foreach=False), failing_loss,
+                     (x, y), cost="none")
+    assert torch.equal(torch.get_rng_state(), cpu)
+    assert _lazy_cuda_seed_calls() == lazy
+
+
+def test_preserved_rng_state_restores_cuda_generators_when_initialised(monkeypatch):
+    """Where CUDA is initialised (faked here: this machine has no GPU), every device's
+    generator state is read on entry and written back on exit, also on an exception, beside
+    the CPU generator's."""
+    from roam.capture.rng import preserved_rng_state
+    devices = [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3], dtype=torch.uint8)]
+    written = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [d.clone() for d in devices])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all",
+                        lambda states: written.append([s.clone() for s in states]))
+    cpu = torch.get_rng_state()
+    with pytest.raises(RuntimeError, match="inside"):
+        with preserved_rng_state():
+            torch.rand(4)         # the CPU generator moves
+            devices[0][0] = 9     # as a CUDA draw would
+            raise RuntimeError("inside")
+    assert torch.equal(torch.get_rng_state(), cpu)
+    assert len(written) == 1 and [s.tolist() for s in written[0]] == [[1, 2], [3]]
+
+
 def test_fake_model_needs_fake_true():
     with new_fake_mode():
         model = TinyCNN()

@@ -12,6 +12,7 @@ from .errors import CaptureError, GraphCheckError
 from .export import (RECOMPUTE_BLOCKERS, GraphBuilder, add_order_edges, dtype_name,
                      measure_costs, resolve_root)
 from .io import dumps_graph, write_graph
+from .rng import preserved_rng_state
 from .trace import (AdamOptions, StepInputs, TracedStep, TrainingState, cross_entropy_loss,
                     eager_reference, make_state, optimizer_options, primary_output, raw_step,
                     trace_training_step, warm_up)
@@ -223,6 +224,7 @@ def _loss_name(loss_fn) -> str:
     return getattr(loss_fn, "__name__", None) or type(loss_fn).__name__
 
 
+@preserved_rng_state()
 def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, Any]] = None,
                  measure_cost: bool = False, cost: Optional[str] = None, cost_repeats: int = 3,
                  cost_model: Optional[CostModel] = None, seed: int = 0,
@@ -241,7 +243,9 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
             ``cost``; the output is then byte-for-byte reproducible, as it is with
             ``"estimate"``). Default: ``"measured"`` if ``measure_cost`` else ``"none"``.
             The choice is stated in ``meta.capture.notes``.
-        seed: ``torch.manual_seed`` before tracing and before each run.
+        seed: ``torch.manual_seed`` before tracing and before each run (the global random
+            state is restored afterwards, also on an exception:
+            :func:`roam.capture.rng.preserved_rng_state`).
         check_peak: (real mode) require the measured eager peak of the step to match
             ``Tp(program order)`` (:func:`check_eager_peak`).
         workspaces: real mode: measure each op's ``workspace`` (one more run of the step in
@@ -419,6 +423,7 @@ def _to_fake_state(state: TrainingState, fake_mode) -> TrainingState:
     return state
 
 
+@preserved_rng_state()
 def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
             example_inputs: Sequence[torch.Tensor], *, fake: bool = False,
             name: Optional[str] = None, n_loss_inputs: int = 1,
@@ -441,7 +446,9 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: C
         optimizer: any ``torch.optim`` optimizer over (a subset of) ``model.parameters()``
             that needs no closure. If it has no state yet, one warm-up step on copies (on
             ``warmup_inputs``, default ``example_inputs``) creates it; the model and the
-            optimizer are never modified.
+            optimizer are never modified, nor is PyTorch's global random state (CPU, and CUDA's
+            generators or queued seeding; restored also on an exception, the capture's own
+            seeding and dropout draws included).
         loss_fn: ``loss_fn(output, *targets) -> 0-d tensor``.
         example_inputs: tensors; the last ``n_loss_inputs`` go to the loss, the others to
             the model.
@@ -492,6 +499,7 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: C
     return g
 
 
+@preserved_rng_state()
 def capture_model(model: torch.nn.Module, data: torch.Tensor, labels: torch.Tensor, *,
                   name: str, meta: Optional[Dict[str, Any]] = None,
                   adam: Optional[AdamOptions] = None, warmup_batch=None,
@@ -499,8 +507,9 @@ def capture_model(model: torch.nn.Module, data: torch.Tensor, labels: torch.Tens
     """Capture a classifier's training step (cross-entropy, ``torch.optim.Adam`` with
     ``adam``'s options, single-tensor implementation): the model is put in train mode and the
     Adam state created by one warm-up step on copies (on ``warmup_batch`` = ``(data,
-    labels)``, default the captured batch). Keyword arguments go to :func:`capture_step`
-    (``measure_cost``, ``cost``, ``seed``, ``check_peak``, ``progress``, ...)."""
+    labels)``, default the captured batch); PyTorch's global random state is restored
+    afterwards. Keyword arguments go to :func:`capture_step` (``measure_cost``, ``cost``,
+    ``seed``, ``check_peak``, ``progress``, ...)."""
     adam = adam or AdamOptions()
     seed = kwargs.pop("seed", 0)
     model.train()

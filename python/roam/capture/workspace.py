@@ -42,6 +42,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .rng import preserved_rng_state
+
 COUNT_ALIGN = 64  # c10's CPU allocator alignment: what a block costs
 
 
@@ -204,17 +206,14 @@ def measure_workspaces(gm: torch.fx.GraphModule, graph: Dict[str, Any],
     s.set_pass_through(True)
     s.record = True
     observed: Dict[int, List[int]] = {}
-    rng = torch.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with preserved_rng_state():
+        torch.manual_seed(seed)
         s.install(100)
         try:
             out = prog.run(flat, s, observe=lambda k, p: observed.__setitem__(k, list(p)))
             del out
         finally:
             s.uninstall()
-    finally:
-        torch.set_rng_state(rng)
     del flat
     by_id = {t["id"]: t for t in graph["tensors"]}
     ops = {op["id"]: op for op in graph["ops"]}
