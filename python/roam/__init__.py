@@ -7,8 +7,9 @@ writes it as a ``roam-graph`` v1 file (see ``GRAPH_FORMAT.md``):
 (see :mod:`roam.capture`); :mod:`roam.zoo` has BERT and GPT-2 in plain PyTorch.
 ``roam.optimize(model, optimizer, loss_fn, example_inputs)`` returns a training step that runs
 under a roam plan (see :mod:`roam.executor`); with ``budget="2GiB"`` it recomputes activations
-where needed to keep the step within that memory (``roam.BudgetInfeasible`` names the smallest
-budget roam meets when it cannot).
+where needed so that the planned bytes (resident + arena + the generator states kept for
+recomputed random ops) fit that memory, and warns of a step that measures above it
+(``roam.BudgetInfeasible`` names the smallest budget roam meets when it cannot).
 """
 
 from . import capture  # noqa: F401  (a callable module: roam.capture(...))

@@ -30,10 +30,11 @@ to the eager loop.
 
 --budget SIZE (bytes, or KiB/MiB/GiB, e.g. 2GiB): the whole step, resident tensors included,
 must fit in SIZE; roam recomputes forward activations in the backward pass where needed (plan
-version 2, op costs measured on this CPU at capture). The report then adds the recomputations
-per step and the measured time: median seconds of a roam step and of an eager step and the
-time overhead 100 * (roam / eager - 1). A budget roam cannot meet stops before the first step
-with one line naming the smallest budget roam meets (exit 3).
+version 2, op costs measured on this CPU at capture) so that resident + arena + the generator
+states kept for recomputed random ops fit; the report says whether the measured step did. The
+report then adds the recomputations per step and the measured time: median seconds of a roam
+step and of an eager step and the time overhead 100 * (roam / eager - 1). A budget roam cannot
+meet stops before the first step with one line naming the smallest budget roam meets (exit 3).
 
 Exit status: 0 ok, 2 bad arguments (e.g. an unknown model: the valid names are listed; a
 budget that is not a size), 3 a budget roam cannot meet.

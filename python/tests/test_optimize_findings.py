@@ -230,7 +230,8 @@ def test_first_step_under_a_budget_is_planned_and_within_it():
 def test_first_step_neither_fits_one_warning_with_both_numbers():
     """When the planned first step is above the eager estimate and the eager one is above the
     budget too, one warning names the budget and both figures (resident before the step
-    included), and the lower, eager step runs."""
+    included), and the lower, eager step runs; what it then measures above the budget is
+    warned once more."""
     model, opt, batches = two_layers()
     step = optimize(model, opt, F.cross_entropy, batches[0])
     state_bytes, estimate = step._first_step_estimate()
@@ -243,11 +244,15 @@ def test_first_step_neither_fits_one_warning_with_both_numbers():
     with pytest.warns(UserWarning) as w:
         step(*batches[1])
     rep = step.last_report
-    assert rep.mode == "eager" and len(w) == 1
+    # the choice (estimates, before the step), then what the eager step measured above it
+    assert rep.mode == "eager" and len(w) == 2
     planned_total = before + STATE + step.planned_arena_bytes
     want = (f"neither first step fits the budget of 1.00 MiB: a planned one would hold "
             f"{planned_total / MiB:.2f} MiB, an eager one about {(before + eager) / MiB:.2f} MiB")
     assert want in str(w[0].message) and want in rep.reason
+    held = rep.resident_bytes + rep.total_peak_bytes
+    assert rep.budget_bytes == MiB and held > MiB
+    assert f"{held - MiB} B above the budget of 1.00 MiB" in str(w[1].message)
     assert rep.eager_first_step_bytes == eager and rep.resident_bytes == before
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -31,8 +32,8 @@ from roam.executor import available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not available(), reason="roam._native is not built")
 
-from roam.executor import (BudgetInfeasible, optimize, parse_size, plan_graph,  # noqa: E402
-                           validate_plan)
+from roam.executor import (BudgetInfeasible, StepReport, optimize, parse_size,  # noqa: E402
+                           plan_graph, plan_within_budget, validate_plan)
 from roam.executor.program import Program  # noqa: E402
 
 
@@ -139,10 +140,12 @@ def rel_diff(a, b):
 
 
 def smallest_budget(model, opt, batch):
-    """(captured step, the smallest budget roam meets): a budget of 1 byte is refused with it."""
+    """(captured step, the smallest budget optimize meets: resident + arena + the CPU generator
+    states the executor holds for the random ops that plan recomputes): a budget of 1 byte is
+    refused with it, before anything runs."""
     probe = optimize(*copy.deepcopy((model, opt)), F.cross_entropy, batch(1), cost="estimate")
     with pytest.raises(BudgetInfeasible) as e:
-        plan_graph(probe.graph, budget_bytes=1)
+        optimize(model, opt, F.cross_entropy, batch(1), budget=1, captured=probe.captured)
     return probe, e.value.smallest_budget_bytes
 
 
@@ -165,8 +168,9 @@ def test_budget_plan_recomputes_and_is_bit_identical(family):
                     captured=probe.captured)
     plan = step.plan
     assert plan["version"] == 2
-    assert plan["method"]["options"]["budget_bytes"] == smallest
-    assert plan["stats"]["resident_bytes"] + plan["stats"]["arena_bytes"] <= smallest
+    assert step.budget_bytes == smallest and plan["method"]["options"]["budget_bytes"] <= smallest
+    assert (plan["stats"]["resident_bytes"] + plan["stats"]["arena_bytes"]
+            + step.rng_state_bytes <= smallest)
     n = recount_recomputations(plan["order"])
     assert n > 0 and plan["stats"]["recomputations"] == n == step.program.recomputations
     if family == "mlp_gelu_dropout":  # dropout masks are redrawn, replaying their generator
@@ -398,6 +402,142 @@ def test_allocator_never_hands_out_overlapping_live_instances():
     expect = sorted(o for v in later.values() for o in v)
     got = sorted(off for k in recomputed for _s, off in prog.schedule[k])
     assert got == expect
+
+
+# ---------------------------------------------------------------- generator states under a budget
+
+def _dropouts_run_again(graph, order):
+    """Recount, from the plan's order: dropout masks (aten.bernoulli.p, the only random op of
+    DropMLP) that run more than once."""
+    target = {op["id"]: op["target"] for op in graph["ops"]}
+    assert {t for t in target.values() if "bernoulli" in t or "rand" in t} == {"aten.bernoulli.p"}
+    return {o for o in order if order.count(o) > 1 and target[o] == "aten.bernoulli.p"}
+
+
+def _state_bytes():
+    return torch.get_rng_state().numel()  # a uint8 tensor: one byte per element
+
+
+def test_plans_under_a_budget_hold_the_generator_states_of_recomputed_dropout():
+    """The executor keeps the CPU generator state (torch.get_rng_state()) of every recomputed
+    random op from its first run to the end of the step, plus one more while a replay runs,
+    outside the plan. plan_within_budget counts (n + 1) states for n recomputed dropout masks
+    beside resident + arena; over budgets from libroam's own smallest to the plan without
+    recomputation, every plan it returns fits with them (recounted here), or it refuses with a
+    smallest budget above the one asked, while libroam's plan at the same budget does not fit
+    at some of them (what optimize ran before)."""
+    model, opt, batch = make("mlp_gelu_dropout")
+    probe = optimize(*copy.deepcopy((model, opt)), F.cross_entropy, batch(1), cost="estimate")
+    with pytest.raises(BudgetInfeasible) as e:
+        plan_graph(probe.graph, budget_bytes=1)
+    s0 = e.value.smallest_budget_bytes
+    full = probe.plan["stats"]["resident_bytes"] + probe.plan["stats"]["arena_bytes"]
+    state = _state_bytes()
+
+    def held(plan):
+        n = len(_dropouts_run_again(probe.graph, plan["order"]))
+        st = plan["stats"]
+        return st["resident_bytes"] + st["arena_bytes"] + (n + 1) * state * (n > 0)
+    raw_over = fitted = refused = 0
+    for k in range(9):
+        budget = s0 + (full - s0) * k // 8
+        raw_over += held(plan_graph(probe.graph, budget_bytes=budget)) > budget
+        try:
+            plan = plan_within_budget(probe.graph, probe.captured, budget)
+        except BudgetInfeasible as err:
+            assert err.smallest_budget_bytes > budget == err.budget_bytes
+            refused += 1
+            continue
+        assert held(plan) <= budget
+        fitted += 1
+    assert raw_over > 0 and fitted > 0 and refused > 0
+
+
+def test_measured_step_within_a_budget_that_recomputes_dropout():
+    """optimize(budget=B) at the smallest budget it meets on DropMLP, where the plan recomputes
+    dropout masks: the measured step (resident + arena + fallback heap peak, which holds the
+    generator states) is within B, every step, with no warning; the plan's generator-state
+    figure is (n + 1) states for the n masks it redraws (recounted from the order)."""
+    model, opt, batch = make("mlp_gelu_dropout")
+    probe, budget = smallest_budget(model, opt, batch)
+    step = optimize(model, opt, F.cross_entropy, batch(1), budget=budget, captured=probe.captured)
+    n = len(_dropouts_run_again(step.graph, step.plan["order"]))
+    assert n > 0 and n == sum(1 for st in step.program.steps if st.rng == "save")
+    assert step.rng_state_bytes == (n + 1) * _state_bytes()
+    assert step.budget_bytes == budget
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no step above the budget (a warning each)
+        for i in range(3):
+            torch.manual_seed(60 + i)
+            step(*batch(2 + i))
+            rep = step.last_report
+            assert rep.mode == "planned" and rep.recomputations > 0 and rep.budget_bytes == budget
+            assert rep.fallback_peak_bytes > 0  # the states are held outside the plan
+            assert rep.resident_bytes + rep.total_peak_bytes <= budget, rep.why_not_met()
+            assert rep.over_budget() is None
+            # the gradients stay inside the step (README.md, "Using it")
+            assert all(p.grad is None for p in model.parameters())
+
+
+def test_step_above_its_budget_is_warned_once_and_reported():
+    """libroam's plan at its own smallest budget s0 (resident + arena <= s0), given to optimize,
+    is run as it is: the dropout masks it redraws keep their generator states outside the plan,
+    so a step holds more than s0. Every report carries the plan's budget; one warning (not one
+    per step) names the bytes over and the fallback heap peak; why_not_met() says the same
+    without an argument; an eager step's report carries the budget too."""
+    model, opt, batch = make("mlp_gelu_dropout")
+    probe = optimize(*copy.deepcopy((model, opt)), F.cross_entropy, batch(1), cost="estimate")
+    with pytest.raises(BudgetInfeasible) as e:
+        plan_graph(probe.graph, budget_bytes=1)
+    s0 = e.value.smallest_budget_bytes
+    step = optimize(model, opt, F.cross_entropy, batch(1), captured=probe.captured,
+                    plan=plan_graph(probe.graph, budget_bytes=s0))
+    assert step.budget_bytes == s0 and step.rng_state_bytes > 0
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        step(*batch(2))
+        step(*batch(3))
+    over = [str(x.message) for x in w if "above the budget" in str(x.message)]
+    assert len(over) == 1, [str(x.message) for x in w]
+    for rep in step.reports:
+        assert rep.mode == "planned" and rep.budget_bytes == s0
+        held = rep.resident_bytes + rep.total_peak_bytes
+        assert held == rep.resident_bytes + rep.arena_bytes + rep.fallback_peak_bytes > s0
+    rep = step.reports[0]
+    held = rep.resident_bytes + rep.total_peak_bytes
+    words = (f"the step held {held} B = {held / (1 << 20):.2f} MiB (resident {rep.resident_bytes} "
+             f"B + measured {rep.total_peak_bytes} B: arena {rep.arena_bytes} B + fallback heap "
+             f"peak {rep.fallback_peak_bytes} B), {held - s0} B above the budget of "
+             f"{s0 / (1 << 20):.2f} MiB ({s0} B); the fallback heap peak "
+             f"({rep.fallback_peak_bytes} B) is what the plan did not cover")
+    assert words in over[0] and over[0].startswith("roam: step 1 (planned): ")
+    assert rep.why_not_met().startswith(words)
+    assert step.summary()[-1] == "not met: " + step.last_report.why_not_met()
+    assert rep.as_dict()["budget_bytes"] == s0
+    assert rep.why_not_met(budget_bytes=held) is None or "budget" not in rep.why_not_met(held)
+    with pytest.warns(UserWarning, match="differs from the captured step"):
+        step(*_batch((8, 16), 7))  # another batch shape: an ordinary eager step
+    assert step.last_report.mode == "eager" and step.last_report.budget_bytes == s0
+
+
+def test_why_not_met_names_the_reports_budget():
+    """A report built by hand with the repro's figures: resident 1999860 + arena 1116224 +
+    fallback heap peak 30336 = 3146420 B, 692 B above a budget of 3 MiB = 3145728 B; the
+    saving is met (2253440 of 2300000 B, 98.0%), so the budget is the only thing said."""
+    rep = StepReport(step=2, loss=1.0, mode="planned", planned_arena_bytes=1116224,
+                     arena_bytes=1116224, arena_used_bytes=1116224, fallback_peak_bytes=30336,
+                     total_peak_bytes=1116224 + 30336, eager_peak_bytes=3400000,
+                     planned_saving_bytes=2300000, resident_bytes=1999860,
+                     budget_bytes=3 * 2 ** 20)
+    assert rep.why_not_met() == (
+        "the step held 3146420 B = 3.00 MiB (resident 1999860 B + measured 1146560 B: arena "
+        "1116224 B + fallback heap peak 30336 B), 692 B above the budget of 3.00 MiB (3145728 "
+        "B); the fallback heap peak (30336 B) is what the plan did not cover")
+    assert rep.why_not_met() == rep.over_budget() == rep.as_dict()["why_not_met"]
+    assert rep.why_not_met(budget_bytes=3146420) is None  # at the budget: met
+    assert "692 B above" in rep.why_not_met(budget_bytes=3145728)
+    rep.budget_bytes = None
+    assert rep.why_not_met() is None and rep.over_budget() is None
 
 
 # ---------------------------------------------------------------- budgets roam cannot meet

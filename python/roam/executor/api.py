@@ -53,9 +53,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.utils._pytree as pytree
 
+from ..capture.rng import preserved_rng_state
 from .native import native
-from .planning import (ALIGNMENT, add_rng_order_edges, eager_kernels_while_tracing, load_plan,
-                       parse_size, plan_graph, servable_workspaces, validate_plan, with_graph_costs)
+from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges,
+                       eager_kernels_while_tracing, load_plan, parse_size, plan_graph,
+                       servable_workspaces, validate_plan, with_graph_costs)
 from .program import PlanMismatch, Program, loans_from_events, ranks_from_events
 from .report import StepReport
 from .scalars import StepScalars
@@ -140,11 +142,15 @@ class RoamStep:
         program: the compiled plan-order program (None when the plan was unusable).
         eager_peak_bytes: measured peak of the step in program order with PyTorch's default
             allocator (from the calibration run). reports: one :class:`StepReport` per call.
+        budget_bytes: the budget of the whole step, resident included (bytes; None without
+            one); a step above it is warned once. rng_state_bytes: the most bytes the plan in
+            force holds outside the plan for CPU generator states of recomputed random ops
+            (:func:`~roam.executor.program.held_rng_state_bytes`).
     """
 
     def __init__(self, model, optimizer, loss_fn, captured, graph, plan, *, n_loss_inputs=1,
                  debug=False, measure_eager="once", trust_plan=False, priority=100,
-                 record=False, workspaces="arena"):
+                 record=False, workspaces="arena", budget_bytes=None):
         from ..capture.trace import make_state  # noqa: F401  (fail early if capture changed)
         self.model = model
         # train/eval mode of every submodule when the step was captured (it fixes dropout and
@@ -248,8 +254,13 @@ class RoamStep:
                           f"order with ordinary allocation", stacklevel=3)
         # plan version 2: ops run again in the backward pass; the budget it was planned for
         self.recomputations = self.program.recomputations if self.program is not None else 0
-        budget = plan.get("method", {}).get("options", {}).get("budget_bytes")
+        # the budget of the whole step (resident included): optimize(budget=...)'s, else the
+        # one the plan records (optimize may plan below a budget, plan_within_budget)
+        budget = budget_bytes if budget_bytes is not None else \
+            plan.get("method", {}).get("options", {}).get("budget_bytes")
         self.budget_bytes: Optional[int] = None if budget is None else int(budget)
+        # the most bytes the program holds outside the plan for CPU generator states
+        self.rng_state_bytes = self.program.rng_state_bytes if self.program is not None else 0
         # program order, planned outputs known (calibration and eager measurement)
         offsets = plan.get("offsets") if self.program is not None else None
         self.eager_program = Program.build(gm, graph, captured.op_nodes, None, offsets,
@@ -304,10 +315,20 @@ class RoamStep:
         warnings.warn(f"roam: {reason}; running the program order with ordinary allocation",
                       stacklevel=4)
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _record(self, rep: StepReport) -> None:
+        """Keep ``rep``; warn once when the step held more than the budget
+        (:meth:`StepReport.over_budget`: the bytes over, the fallback heap peak)."""
+        self.reports.append(rep)
+        over = rep.over_budget()
+        if over:
+            self._warn_once("over-budget", f"roam: step {rep.step} ({rep.mode}): {over} (warned "
+                                           f"once; step.last_report.why_not_met() says it for "
+                                           f"each step)", stacklevel=4)
+
+    def _warn_once(self, key: str, message: str, stacklevel: int = 3) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(message, stacklevel=3)
+            warnings.warn(message, stacklevel=stacklevel)
 
     def _measure_eager(self, tensors: Sequence[torch.Tensor], calibrate: bool = False) -> int:
         """Run the captured step in program order on clones of ``tensors`` under a
@@ -323,8 +344,7 @@ class RoamStep:
         s.set_pass_through(True)
         s.record = calibrate
         observed: Dict[int, List[int]] = {}
-        rng = torch.get_rng_state()
-        try:
+        with preserved_rng_state():
             s.install(self.priority)
             try:
                 out = prog.run(flat, s, observe=(lambda k, p: observed.__setitem__(k, list(p)))
@@ -332,8 +352,6 @@ class RoamStep:
                 del out
             finally:
                 s.uninstall()
-        finally:
-            torch.set_rng_state(rng)
         if calibrate and prog.steps and any(st.planned for st in prog.steps):
             events = s.events()
             self.ranks = ranks_from_events(prog, events, observed)
@@ -345,16 +363,13 @@ class RoamStep:
         (the global RNG state restored afterwards); returns the session's statistics."""
         with torch.no_grad():
             flat = [t.detach().clone() for t in tensors]
-        rng = torch.get_rng_state()
-        try:
+        with preserved_rng_state():
             self.session.install(self.priority)
             try:
                 out = self.program.run(flat, self.session)
                 del out
             finally:
                 self.session.uninstall()
-        finally:
-            torch.set_rng_state(rng)
         del flat
         st = self.session.stats()
         if st["debug_violations"]:
@@ -612,8 +627,8 @@ class RoamStep:
                              fallback_peak_bytes=int(st["fallback_peak"]),
                              total_peak_bytes=int(st["total_peak"]),
                              fallback_allocs=int(st["fallback_allocs"]),
-                             seconds=time.perf_counter() - t0)
-            self.reports.append(rep)
+                             seconds=time.perf_counter() - t0, budget_bytes=self.budget_bytes)
+            self._record(rep)
             return loss
 
         eager_peak = self.eager_peak_bytes
@@ -669,8 +684,9 @@ class RoamStep:
             resident_bytes=self.resident_bytes
             - (self._first_step_estimate()[0] if created else 0),
             at_peak=self.peak_line() if planned_run else None,
-            recomputations=self.recomputations if planned_run else 0)
-        self.reports.append(rep)
+            recomputations=self.recomputations if planned_run else 0,
+            budget_bytes=self.budget_bytes)
+        self._record(rep)
         if planned_run and eager_peak is not None and rep.total_peak_bytes > eager_peak:
             self.program_order_reason = (
                 f"step {self._count} measured {rep.total_peak_bytes} B (arena "
@@ -773,6 +789,75 @@ class RoamStep:
             return _first_tensor(gm(*args)).detach().clone()
 
 
+def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order: str = "roam",
+                       layout: str = "roam", alignment: int = ALIGNMENT,
+                       time_limit_seconds: float = 60.0, threads: int = 1,
+                       progress: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+    """A plan of ``graph`` (the planned graph of ``captured``, a :class:`roam.capture.Graph`)
+    whose step fits ``budget_bytes`` (bytes) with the executor's own bytes for generator
+    states: resident + arena + :func:`~roam.executor.program.held_rng_state_bytes` of the
+    random ops the plan recomputes (:func:`~roam.executor.program.replayed_random_ops`) <=
+    ``budget_bytes``. libroam plans resident + arena within a budget (:func:`plan_graph`);
+    when the generator states do not fit beside that plan's arena, it plans again with the
+    budget lowered by them, until a plan fits (each round that does not fit lowers the budget
+    and recomputes more random ops than the one before, so there are at most as many such
+    rounds as random ops in the graph); when libroam finds no plan at a lowered budget, the
+    plan at the smallest budget libroam meets is taken if it fits with its generator states.
+    ``progress`` is called with a line for each round planned again.
+
+    Raises:
+        BudgetInfeasible: no plan fits; ``smallest_budget_bytes`` is resident + arena +
+            generator-state bytes of libroam's plan at the smallest budget libroam meets, a
+            budget this function meets (a plan that recomputes fewer random ops may meet a
+            lower one; with no random op recomputed there it is libroam's own error,
+            unchanged); ``lower_bound_bytes`` is libroam's lower bound of resident + arena.
+    """
+    from .program import held_rng_state_bytes, replayed_random_ops
+    say = progress or (lambda s: None)
+    gm, op_nodes = captured.traced.gm, captured.op_nodes
+    mib = 1 << 20
+
+    def held(p) -> Tuple[int, int, int]:
+        n = len(replayed_random_ops(gm, op_nodes, p["order"]))
+        rng = held_rng_state_bytes(n)
+        st = p["stats"]
+        return int(st["resident_bytes"]) + int(st["arena_bytes"]) + rng, rng, n
+
+    def plan_at(b: int) -> Dict[str, Any]:
+        return plan_graph(graph, order, layout, alignment, time_limit_seconds, threads,
+                          budget_bytes=b)
+
+    b = int(budget_bytes)
+    while True:
+        try:
+            plan = plan_at(b)
+        except BudgetInfeasible as e:
+            if e.smallest_budget_bytes <= 0 or e.smallest_budget_bytes == b:
+                raise
+            smallest = plan_at(e.smallest_budget_bytes)
+            total, rng, n = held(smallest)
+            if total <= budget_bytes:
+                return smallest
+            if rng == 0 and b == budget_bytes:
+                raise  # libroam's own verdict: nothing of the executor's to add
+            what = (f"resident + arena {total - rng} B and {rng} B of CPU generator states the "
+                    f"executor holds for the {n} random ops that plan recomputes"
+                    if rng else "resident + arena")
+            raise BudgetInfeasible(
+                f"roam: budget {budget_bytes} B ({budget_bytes / mib:.2f} MiB) cannot be met: "
+                f"the smallest budget roam meets is {total} B ({total / mib:.2f} MiB: {what}); "
+                f"no schedule, recomputation included, fits below {e.lower_bound_bytes} B "
+                f"({e.lower_bound_bytes / mib:.2f} MiB of resident + arena)",
+                budget_bytes, total, e.lower_bound_bytes) from None
+        total, rng, n = held(plan)
+        if total <= budget_bytes:
+            return plan
+        # rng > budget_bytes - b here (resident + arena <= b): the next budget is below b
+        b = max(1, budget_bytes - rng)
+        say(f"the plan recomputes {n} random ops, whose generator states ({rng} B) do not fit "
+            f"beside its arena: planning again with the budget lowered to {b} B")
+
+
 def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
              example_inputs: Sequence[torch.Tensor], plan: Union[None, str, Dict[str, Any]] = None,
              order: str = "roam", layout: str = "roam", *, n_loss_inputs: int = 1,
@@ -810,17 +895,29 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     under :func:`eager_kernels_while_tracing`).
 
     ``budget``: a memory budget for the whole step, resident tensors included (bytes, or a
-    string such as ``"2GiB"``, see :func:`parse_size`): the plan keeps resident + arena within
-    it, recomputing forward activations in the backward pass where needed (a roam-plan v2,
-    run op by op: each recomputation re-runs its fx node on the values bound at that step,
-    its outputs at their planned instance offsets; a random op replays the generator state of
-    its first run). ``cost``: how the capture gets each op's seconds, which choose what to
-    recompute: ``"measured"`` (default with a budget: median CPU seconds over 3 runs),
-    ``"estimate"`` (a roofline model, deterministic) or ``"none"`` (default without a budget).
+    string such as ``"2GiB"``, see :func:`parse_size`): the plan keeps resident + arena + the
+    executor's CPU generator states within it, recomputing forward activations in the
+    backward pass where needed (a roam-plan v2, run op by op: each recomputation re-runs its
+    fx node on the values bound at that step, its outputs at their planned instance offsets).
+    A random op (dropout) that the plan recomputes replays the generator state of its first
+    run, which the executor saves (``torch.get_rng_state()``, 5056 B on torch 1.13) and keeps
+    to the end of the step, outside the plan, plus one more state while a replay runs:
+    :func:`plan_within_budget` counts ``(n + 1)`` states for ``n`` recomputed random ops and,
+    where they do not fit beside the arena, plans again with the budget lowered by them
+    (:attr:`RoamStep.rng_state_bytes` has the figure of the plan in force). What else
+    the step allocates outside the plan (kernel scratch larger than the capture measured, in
+    the fallback heap) is not known before it runs: each report has the measured figure, and
+    a step whose resident + measured peak is above the budget is warned once and said by
+    :meth:`StepReport.why_not_met`. A plan given with ``plan=`` is run as it is (its own
+    recorded budget is the one reported). ``cost``: how the capture gets each op's seconds,
+    which choose what to recompute: ``"measured"`` (default with a budget: median CPU seconds
+    over 3 runs), ``"estimate"`` (a roofline model, deterministic) or ``"none"`` (default
+    without a budget).
 
     Raises:
-        BudgetInfeasible: no schedule roam finds meets ``budget``; raised here, before any
-            step, naming the smallest budget roam meets (``smallest_budget_bytes``).
+        BudgetInfeasible: no schedule roam finds meets ``budget`` with those generator
+            states; raised here, before any step, naming the smallest budget roam meets, in
+            bytes, generator states included (``smallest_budget_bytes``).
         ValueError: ``budget`` is not a memory size.
     """
     from .. import capture as roam_capture
@@ -828,8 +925,7 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     budget_bytes = None if budget is None else parse_size(budget)
     if cost is None:
         cost = "none" if budget_bytes is None or plan is not None else "measured"
-    rng = torch.get_rng_state()
-    try:
+    with preserved_rng_state():
         if captured is None:
             say("capturing the training step")
             with eager_kernels_while_tracing():
@@ -839,20 +935,23 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
                                                 check_peak=False, progress=progress)
         graph = copy.deepcopy(captured.graph)
         add_rng_order_edges(graph)
+        planned_here = plan is None
         if plan is None:
             # planned with the workspaces the executor can serve wherever the layout puts
             # them (a plan given here was made for the graph as captured: kept as it is)
             servable_workspaces(graph)
             say(f"planning (order {order}, layout {layout}"
                 + (f", budget {budget_bytes} B)" if budget_bytes is not None else ")"))
-            plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads,
-                              budget_bytes=budget_bytes)
+            if budget_bytes is None:
+                plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads)
+            else:
+                plan = plan_within_budget(graph, captured, budget_bytes, order, layout,
+                                          alignment, time_limit_seconds, threads, progress)
         elif isinstance(plan, str):
             plan = load_plan(plan)
         say("calibrating (one step in program order and one planned step, on copies)")
         step = RoamStep(model, optimizer, loss_fn, captured, graph, plan,
                         n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
-                        trust_plan=trust_plan, workspaces=workspaces)
-    finally:
-        torch.set_rng_state(rng)
+                        trust_plan=trust_plan, workspaces=workspaces,
+                        budget_bytes=budget_bytes if planned_here else None)
     return step

@@ -273,6 +273,7 @@ class Program:
                     raise PlanMismatch(f"the order runs op {op['id']} before op {a}, which must "
                                        f"precede it (after edge)")
 
+        replayed = set(replayed_random_ops(gm, op_nodes, order))
         free_after: List[List[torch.fx.Node]] = [[] for _ in order]
         for (n, _j), k in last.items():
             if n.op in ("placeholder", "get_attr") or k >= end:
@@ -322,7 +323,7 @@ class Program:
                     planned.append((int(t["size"]), int(off)))
                     ppos.append(i)
             rng = None
-            if count[oid] > 1 and _is_random_target(n.target):
+            if oid in replayed:
                 rng = "save" if j == 0 else "replay"
             what = f"{oid} {n.target}" + (f" (recomputation {j})" if j else "")
             schedule.append(planned)
@@ -382,6 +383,13 @@ class Program:
     def recomputations(self) -> int:
         """How many steps are recomputations (appearances after an op's first)."""
         return sum(1 for st in self.steps if st.appearance > 0)
+
+    @property
+    def rng_state_bytes(self) -> int:
+        """The most bytes :meth:`run` holds outside the plan for CPU generator states
+        (:func:`held_rng_state_bytes` of the random ops it recomputes; 0 when it recomputes
+        none)."""
+        return held_rng_state_bytes(sum(1 for st in self.steps if st.rng == "save"))
 
     # ---------------------------------------------------------------- run
     def run(self, flat_args: Sequence[torch.Tensor], session=None, observe=None):
@@ -531,6 +539,41 @@ def loans_from_events(program: "Program", events, observed: Dict[int, List[int]]
         if mine:
             loans[st.op_id] = mine
     return loans
+
+
+def replayed_random_ops(gm: torch.fx.GraphModule, op_nodes: Dict[str, str],
+                        order: Sequence[str]) -> List[str]:
+    """Ids of the random ops (ATen target of the op's fx node tagged
+    ``nondeterministic_seeded``: dropout's mask, ``rand_like``, ...) that ``order`` runs more
+    than once, in the order of their first run: :meth:`Program.run` saves the CPU generator
+    state before the first run of each (``Step.rng == "save"``) and replays it around each of
+    its recomputations (``"replay"``). ``op_nodes``: op id -> fx node name of ``gm``
+    (``roam.capture.Graph.op_nodes``); an op without a node counts as not random."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    count: Dict[str, int] = {}
+    for oid in order:
+        count[oid] = count.get(oid, 0) + 1
+    return [oid for oid, c in count.items()
+            if c > 1 and op_nodes.get(oid) in nodes
+            and _is_random_target(nodes[op_nodes[oid]].target)]
+
+
+def rng_state_bytes() -> int:
+    """Bytes of one saved CPU generator state: ``torch.get_rng_state()`` read now (numel x
+    element size; 5056 for torch 1.13's CPU generator), rounded up to 64 bytes as the
+    allocator counts an allocation."""
+    t = torch.get_rng_state()
+    return -(-t.numel() * t.element_size() // 64) * 64
+
+
+def held_rng_state_bytes(n_replayed: int) -> int:
+    """The most bytes :meth:`Program.run` holds outside the plan for CPU generator states
+    when it recomputes ``n_replayed`` random ops (:func:`replayed_random_ops`): the
+    ``n_replayed`` states saved at their first runs, all kept to the end of the step, plus the
+    one a replay takes to resume the program's own sequence, so ``(n_replayed + 1) x``
+    :func:`rng_state_bytes`; 0 when ``n_replayed`` is 0. These bytes are served from free
+    arena bytes or the fallback heap, never from a planned block."""
+    return (n_replayed + 1) * rng_state_bytes() if n_replayed > 0 else 0
 
 
 def _is_random_target(target) -> bool:

@@ -50,6 +50,8 @@ class StepReport:
                                        # at its first use; counted like Tp)
     at_peak: Optional[str] = None      # what is live at the plan's peak (roam plan's line)
     recomputations: int = 0            # ops run again in this step (plan version 2)
+    budget_bytes: Optional[int] = None  # the budget the plan was made for, resident included
+                                       # (optimize(budget=...) or the plan's; None: no budget)
 
     @property
     def reduction(self) -> Optional[float]:
@@ -108,18 +110,35 @@ class StepReport:
                      f"({100 * self.realised_fraction:.1f}% realised)")
         return f"{used}; {what}"
 
+    def over_budget(self, budget_bytes: Optional[int] = None) -> Optional[str]:
+        """Plain words when the step held more than ``budget_bytes`` (bytes, resident
+        included; default: this report's :attr:`budget_bytes`): resident + measured total
+        peak, the bytes over, and the fallback heap peak, the bytes the plan did not cover
+        (allocations outside it: generator states saved for recomputed random ops beyond free
+        arena bytes, kernel scratch larger than the capture measured). None when within it or
+        without a budget."""
+        budget = self.budget_bytes if budget_bytes is None else budget_bytes
+        held = self.resident_bytes + self.total_peak_bytes
+        if budget is None or held <= budget:
+            return None
+        mib = 1 << 20
+        return (f"the step held {held} B = {held / mib:.2f} MiB (resident {self.resident_bytes} "
+                f"B + measured {self.total_peak_bytes} B: arena {self.arena_bytes} B + fallback "
+                f"heap peak {self.fallback_peak_bytes} B), {held - budget} B above the budget of "
+                f"{budget / mib:.2f} MiB ({budget} B); the fallback heap peak "
+                f"({self.fallback_peak_bytes} B) is what the plan did not cover")
+
     def why_not_met(self, budget_bytes: Optional[int] = None,
                     target_fraction: float = 0.95) -> Optional[str]:
         """Plain words on why the step did not save what the plan promised (less than
         ``target_fraction`` of it realised, or more than the same graph run eagerly) or held
-        more than ``budget_bytes`` (resident included); None when everything was met."""
+        more than ``budget_bytes`` (bytes, resident included; default: this report's
+        :attr:`budget_bytes`, see :meth:`over_budget`); None when everything was met."""
         mib = 1 << 20
         why = []
-        if budget_bytes is not None and self.resident_bytes + self.total_peak_bytes > budget_bytes:
-            why.append(f"the step held {(self.resident_bytes + self.total_peak_bytes) / mib:.2f} "
-                       f"MiB (resident {self.resident_bytes / mib:.2f} + measured "
-                       f"{self.total_peak_bytes / mib:.2f}), above the budget of "
-                       f"{budget_bytes / mib:.2f} MiB")
+        over = self.over_budget(budget_bytes)
+        if over:
+            why.append(over)
         if self.mode == "eager":
             why.append(f"nothing was planned for this step: {self.reason}")
         elif self.mode == "unplanned":
