@@ -308,10 +308,10 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
 Order quick_order(const Expanded& e, uint64_t alignment) { return order_lescea(e.graph, alignment); }
 
 uint64_t quick_layout(const Expanded& e, uint64_t alignment, const Order& order,
-                      std::vector<uint64_t>& offsets) {
+                      std::vector<uint64_t>& offsets, LayoutDeadline deadline) {
   const Liveness live = compute_liveness(e.graph, order);
-  Layout a = layout_llfb(e.graph, live, alignment);
-  Layout b = layout_best_fit(e.graph, live, alignment);
+  Layout a = layout_llfb(e.graph, live, alignment, deadline);
+  Layout b = layout_best_fit(e.graph, live, alignment, deadline);
   Layout& best = b.reserved_bytes < a.reserved_bytes ? b : a;
   offsets = std::move(best.offsets);
   return best.reserved_bytes;

@@ -237,8 +237,9 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   {
     Order order = order_lescea(g, alignment);
     const Liveness live = compute_liveness(g, order);
-    base_peak = g.resident_bytes + std::min(layout_llfb(g, live, alignment).reserved_bytes,
-                                            layout_best_fit(g, live, alignment).reserved_bytes);
+    base_peak = g.resident_bytes +
+                std::min(layout_llfb(g, live, alignment, base_deadline).reserved_bytes,
+                         layout_best_fit(g, live, alignment, base_deadline).reserved_bytes);
     norecompute_bound =
         g.resident_bytes + lower_bound(g, alignment, &order, base_deadline);
     if (budget_bytes >= norecompute_bound || g.num_ops() <= remat_internal::kExhaustiveOps) {
@@ -307,7 +308,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   std::vector<Candidate> candidates;
   std::set<std::vector<OpIdx>> seen;
   for (double max_ratio : thresholds)
-  for (size_t k = 1; k <= 128 && total > 0; k *= 2) {
+  for (size_t k = 1; k <= 128 && total > 0 && !out_of_time(); k *= 2) {
     std::vector<Span> segs;
     uint64_t acc = 0;
     Span cur;
@@ -367,6 +368,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
       keep.full = full[i];
       options[i].push_back(keep);
       legacy[i].push_back(keep);
+      if (out_of_time()) continue;  // every unit keeps its "keep" option; no more candidates
       uint64_t span_full = 0;
       for (size_t len = 1; len <= kMaxSpan && i + len <= units.size(); ++len) {
         span_full += full[i + len - 1];
@@ -517,7 +519,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
                                 std::vector<uint64_t>& offsets) {
     const auto t = Clock::now();
     const uint64_t peak =
-        g.resident_bytes + remat_internal::quick_layout(e, alignment, order, offsets);
+        g.resident_bytes + remat_internal::quick_layout(e, alignment, order, offsets, deadline);
     stats.quick_seconds += std::chrono::duration<double>(Clock::now() - t).count();
     return peak;
   };

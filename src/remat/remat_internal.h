@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "roam/graph.h"
+#include "roam/layout.h"
 #include "roam/plan.h"
 #include "roam/remat.h"
 
@@ -83,10 +84,12 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
 
 /// The fast plan of an expanded graph: lescea order (quick_order), then the better of llfb and
 /// best_fit layouts of it, llfb on ties (quick_layout, returns the arena bytes); quick_peak
-/// does both and returns resident + arena.
+/// does both and returns resident + arena. Past `deadline` the layouts place the storages left
+/// on a skyline (roam/layout.h: valid, no longer best fit).
 Order quick_order(const Expanded& e, uint64_t alignment);
 uint64_t quick_layout(const Expanded& e, uint64_t alignment, const Order& order,
-                      std::vector<uint64_t>& offsets);
+                      std::vector<uint64_t>& offsets,
+                      LayoutDeadline deadline = LayoutDeadline::max());
 uint64_t quick_peak(const Expanded& e, uint64_t alignment, Order& order,
                     std::vector<uint64_t>& offsets);
 
