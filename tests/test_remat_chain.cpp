@@ -498,6 +498,15 @@ TEST(ChainReader, DefaultsAndErrors) {
   d = toy_doc();
   d["fw"][1] = std::numeric_limits<double>::infinity();
   expect_input_error(d, "fw", "1");
+  // Finite but past 1e15 s: sums of such times lose the other stages' seconds (1e308 made a
+  // fitting budget infeasible, found by an adversarial review).
+  d = toy_doc();
+  d["fw"][0] = 1e308;
+  expect_input_error(d, "fw", "0");
+  d["fw"][0] = 1e15;
+  EXPECT_NO_THROW(parse_chain(d, "c.json"));
+  d["bw"][1] = 1.5e15;
+  expect_input_error(d, "bw", "1");
   d = toy_doc();
   d["ff_fw"] = {1};
   expect_input_error(d, "ff_fw", "");

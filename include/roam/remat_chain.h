@@ -71,8 +71,8 @@ constexpr uint64_t kMaxChainTotalBytes = uint64_t{1} << 62;
 /// "btmp": [...], optional "ff_fw", "ff_ftmp", "loss_bw", "loss_btmp", "name"}). Throws
 /// roam::InputError(file, field, id, message), id being the index of the bad entry, for a
 /// document that is not an object, a missing or non-array field, a wrong length, L = 0, a time
-/// that is not a finite number >= 0, a size that is not an integer >= 0, or sizes whose total
-/// (2 * sum x + sum xbar + all transients) exceeds kMaxChainTotalBytes.
+/// that is not a finite number in [0, 1e15] seconds, a size that is not an integer >= 0, or
+/// sizes whose total (2 * sum x + sum xbar + all transients) exceeds kMaxChainTotalBytes.
 Chain parse_chain(const nlohmann::json& doc, const std::string& file);
 
 /// Reads `path` (plain JSON, or gzip) with roam::read_json_file and parses it. Throws InputError.

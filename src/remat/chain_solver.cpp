@@ -19,6 +19,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr double kMaxStageSeconds = 1e15;  // a stage's time (about 3e7 years)
+
 // ---------------------------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------------------------
@@ -50,6 +52,12 @@ struct Reader {
     const double d = v.get<double>();
     if (!std::isfinite(d) || d < 0) {
       fail(field, id, "time must be a finite number of seconds >= 0, got " + v.dump());
+    }
+    // A schedule's time sums up to L runs of every stage: far below this, no sum overflows or
+    // loses the seconds of the other stages (1e308 once made the solver call a fitting budget
+    // infeasible).
+    if (d > kMaxStageSeconds) {
+      fail(field, id, "time must be at most 1e15 seconds, got " + v.dump());
     }
     return d;
   }
