@@ -26,10 +26,11 @@ struct Layout {
 Layout layout_pytorch(const Graph& g, const Liveness& live, uint64_t alignment);
 
 /// The three best-fit baselines below take a `deadline`: once it has passed (checked every 256
-/// storages), the storages not yet placed go on top of the arena in the method's order, so the
-/// layout stays valid (no longer best fit) and --time-limit holds where best fit's pairwise
-/// comparisons add up (10,000 storages live through a 100,000-op step). make_layout passes
-/// PlanOptions::deadline; none by default.
+/// storages), each storage not yet placed goes, in the method's order, at the highest end over
+/// its live interval (a skyline: above every storage live with it), so the layout stays valid
+/// (no longer best fit) and --time-limit holds where best fit's pairwise comparisons add up
+/// (10,000 storages live through a 100,000-op step). make_layout passes PlanOptions::deadline;
+/// none by default.
 using LayoutDeadline = std::chrono::steady_clock::time_point;
 
 /// Long-lived-first best fit (ROAM paper's layout baseline): storages by decreasing lifetime

@@ -183,26 +183,28 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
   uint64_t arena = 0;
   const bool timed = deadline != std::chrono::steady_clock::time_point::max();
   bool late = false;
-  size_t count = 0;
-  // Past the deadline: a skyline over steps (per step the highest end live there); a storage
-  // goes at the highest end over its live interval, above every storage live with it.
+  // Past the deadline: a skyline over steps (per step the highest end live there), from the
+  // storages placed so far (sequence[0, placed)); a storage then goes at the highest end over
+  // its live interval, above every storage live with it.
   minimalloc::MinTree skyline;
-  std::vector<StorageIdx> done;  // placed before the deadline
-  auto start_skyline = [&] {
+  auto start_skyline = [&](size_t placed) {
     int32_t steps = 1;
     for (const int32_t l : live.last) steps = std::max(steps, l + 1);
     skyline.init(steps);
     skyline.assign(0, steps, 0);
-    std::sort(done.begin(), done.end(), [&](StorageIdx a, StorageIdx b) {
-      return out.offsets[a] + align_up(g.storages[a].size, alignment) <
-             out.offsets[b] + align_up(g.storages[b].size, alignment);
-    });
-    for (StorageIdx t : done) {  // ascending ends: a later assignment is the larger end
-      skyline.assign(live.first[t], live.last[t] + 1,
-                     static_cast<int64_t>(out.offsets[t] + align_up(g.storages[t].size, alignment)));
+    std::vector<StorageIdx> by_end(sequence.begin(),
+                                   sequence.begin() + static_cast<ptrdiff_t>(placed));
+    auto end_of = [&](StorageIdx t) {
+      return out.offsets[t] + align_up(g.storages[t].size, alignment);
+    };
+    std::sort(by_end.begin(), by_end.end(),
+              [&](StorageIdx a, StorageIdx b) { return end_of(a) < end_of(b); });
+    for (StorageIdx t : by_end) {  // ascending ends: a later assignment is the larger end
+      skyline.assign(live.first[t], live.last[t] + 1, static_cast<int64_t>(end_of(t)));
     }
   };
-  for (StorageIdx s : sequence) {
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    const StorageIdx s = sequence[i];
     if (s < 0 || static_cast<size_t>(s) >= n || seen[s]) {
       throw std::invalid_argument("place_best_fit_gap: sequence is not a permutation of the "
                                   "storages (entry " + std::to_string(s) + ")");
@@ -211,9 +213,9 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
     const uint64_t size = align_up(g.storages[s].size, alignment);
     const int32_t first = live.first[s];
     const int32_t last = live.last[s];
-    if (timed && !late && ++count % 256 == 0 && std::chrono::steady_clock::now() >= deadline) {
+    if (timed && !late && (i + 1) % 256 == 0 && std::chrono::steady_clock::now() >= deadline) {
       late = true;
-      start_skyline();
+      start_skyline(i);
     }
     if (late) {  // sizes are aligned, so are the ends
       const int64_t at = std::max<int64_t>(0, skyline.max(first, last + 1));
@@ -222,7 +224,6 @@ Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignme
       arena = std::max(arena, out.offsets[s] + size);
       continue;
     }
-    if (timed) done.push_back(s);
 
     // The conflicting storages in increasing offset; `cursor` is the largest end among those
     // seen so far, and one starting above it leaves the gap [cursor, its offset).

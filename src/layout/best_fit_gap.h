@@ -34,9 +34,10 @@ void check_layout_inputs(const Graph& g, const Liveness& live, uint64_t alignmen
 /// every conflicting pair's byte ranges, so the sum of k (up to n times the most storages live at
 /// once) bounds it, never more than the O(n^2) of one pass per storage. O(n) memory.
 ///
-/// `deadline`: once it has passed (checked every 256 storages), the storages not yet placed go
-/// on top of the arena in sequence order (valid, no longer best fit), so that a time limit
-/// holds where best fit's pairwise comparisons add up.
+/// `deadline`: once it has passed (checked every 256 storages), each storage not yet placed
+/// goes, in sequence order, at the highest end over its live interval (a skyline: O(log T)
+/// each; valid, no longer best fit), so that a time limit holds where best fit's pairwise
+/// comparisons add up.
 Layout place_best_fit_gap(const Graph& g, const Liveness& live, uint64_t alignment,
                           const std::vector<StorageIdx>& sequence,
                           std::chrono::steady_clock::time_point deadline =

@@ -513,12 +513,18 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   const size_t n = g.storages.size();
 
   // 1. Baselines: the upper bound and the fallback. The first always (any valid layout will
-  // do; llfb, its storages past the time limit stacked on top, so that the limit holds where
-  // best fit's pairwise comparisons add up), the others while the time left holds the longest
-  // one so far; no search once the time limit has passed.
+  // do; llfb, its storages past the time limit placed on a skyline, so that the limit holds
+  // where best fit's pairwise comparisons add up), the others while the time left holds the
+  // longest one so far; no search once the time limit has passed.
   const double budget = options.time_limit_seconds;
   auto used = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto out_of_time = [&] { return budget > 0 && used() >= budget; };
+  PlanOptions first_options;  // the first baseline's: it stops at the time limit (roam/layout.h)
+  first_options.alignment = alignment;
+  if (budget > 0) {
+    first_options.deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(std::min(budget, 1e9)));
+  }
   Layout best;
   uint64_t best_arena = 0;
   bool have = false;
@@ -526,11 +532,8 @@ Layout layout_roam(const Graph& g, const Liveness& live, const PlanOptions& opti
   for (const char* m : {"llfb", "greedy_by_size", "best_fit", "pytorch"}) {
     if (have && budget > 0 && budget - used() <= longest) break;
     const double before = used();
-    Layout l = have || budget <= 0
-                   ? make_layout(g, live, m, alignment)
-                   : layout_llfb(g, live, alignment,
-                                 t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                          std::chrono::duration<double>(std::min(budget, 1e9))));
+    Layout l = have ? make_layout(g, live, m, alignment)
+                    : make_layout(g, live, m, first_options);
     longest = std::max(longest, used() - before);
     const uint64_t a = arena_bytes(g, l.offsets, alignment);
     if (!have || a < best_arena) {

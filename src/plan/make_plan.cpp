@@ -136,7 +136,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
         }
         const auto pair_start = Clock::now();
         PlanOptions pair_options = req.options;
-        pair_options.deadline = end;  // past it the layout stacks the rest: not the baseline's
+        pair_options.deadline = end;  // past it the rest go on a skyline: not the baseline's
         PlanResult b = make_plan_for_order(g, o, os, {om, lm, pair_options}, lb);
         longest = std::max(longest, std::chrono::duration<double>(Clock::now() - pair_start).count());
         if (Clock::now() >= end) {  // cut by the time limit: not a baseline pair's arena
