@@ -33,7 +33,10 @@ c10::Allocator* g_previous = nullptr;  // allocator in place before the first in
 
 class RoutingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  // PyTorch 2.x's c10::Allocator: allocate() is non-const (1.13's was const) and copy_data() is
+  // pure virtual (Storage copies between two blocks of this allocator: plain CPU memory, so
+  // memcpy, as c10's own CPU allocator does).
+  c10::DataPtr allocate(size_t n) override {
     std::shared_ptr<Session> s;
     c10::Allocator* prev = nullptr;
     {
@@ -46,6 +49,9 @@ class RoutingAllocator final : public c10::Allocator {
     return (prev != nullptr ? prev : c10::GetDefaultCPUAllocator())->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 RoutingAllocator g_routing;  // never destroyed before the process ends: storages keep a pointer
