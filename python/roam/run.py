@@ -67,7 +67,7 @@ def build(name: str, batch_size: int, image_size: int, num_classes: int,
     from .capture.models import (BERT_PRESETS, build_model, classification_model_names,
                                  make_optimizer, model_names)
     from .capture.errors import UnknownModelError
-    from .capture.trace import cross_entropy_loss
+    from .capture.state import cross_entropy_loss
     torch.manual_seed(seed)
     if name in BERT_PRESETS or name in zoo.MODELS:
         base = "bert-base" if name in BERT_PRESETS else name
@@ -97,7 +97,7 @@ def build(name: str, batch_size: int, image_size: int, num_classes: int,
 
 def eager_step(model, opt, loss_fn, batch) -> torch.Tensor:
     """The ordinary training step (primary output of a tuple, as the capture does)."""
-    from .capture.trace import primary_output
+    from .capture.state import primary_output
     opt.zero_grad(set_to_none=True)
     loss = loss_fn(primary_output(model(*batch[:-1])), batch[-1])
     loss.backward()

@@ -40,9 +40,10 @@ from .export import GraphBuilder, add_order_edges, dtype_name, measure_costs, re
 from .io import read_graph, write_graph
 from .models import (OPTIMIZERS, build_model, capture_named, capture_torchvision,
                      classification_model_names, make_optimizer, model_names)
-from .trace import (AdamOptions, StepInputs, TracedStep, TrainingState, cross_entropy_loss,
-                    eager_reference, make_state, make_train_step, prepare_training_state,
-                    trace_training_step, warm_up)
+from .functional import functionalize_step
+from .state import (AdamOptions, StepInputs, TrainingState, cross_entropy_loss,
+                    eager_reference, make_state, prepare_training_state, warm_up)
+from .trace import TracedStep, make_train_step, trace_training_step
 
 __all__ = [
     "AdamOptions", "COST_KINDS", "CaptureError", "CaptureResult", "CostModel",

@@ -6,16 +6,18 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from .check import check_graph, program_order_peak, summary
+from .check import check_graph, inplace_in_order, program_order_peak, summary
 from .cost import DEFAULT_COST_MODEL, CostModel, op_seconds
 from .errors import CaptureError, GraphCheckError
-from .export import (RECOMPUTE_BLOCKERS, GraphBuilder, add_order_edges, dtype_name,
-                     measure_costs, resolve_root)
+from .export import (RECOMPUTE_BLOCKERS, GraphBuilder, add_order_edges,
+                     add_write_after_forward_edges, dtype_name, measure_costs, resolve_root)
+from .functional import functionalize_step
 from .io import dumps_graph, write_graph
 from .rng import preserved_rng_state
-from .trace import (AdamOptions, StepInputs, TracedStep, TrainingState, cross_entropy_loss,
+from .state import (AdamOptions, StepInputs, TrainingState, cross_entropy_loss,
                     eager_reference, make_state, optimizer_options, primary_output, raw_step,
-                    trace_training_step, warm_up)
+                    warm_up)
+from .trace import TracedStep, trace_training_step
 
 COST_KINDS = ("auto", "measured", "estimate", "none")
 
@@ -36,9 +38,12 @@ class Graph:
 
     def __init__(self, graph: Dict[str, Any], traced: TracedStep, state: TrainingState,
                  loss: Optional[torch.Tensor], op_nodes: Dict[str, str],
-                 op_writes: Dict[str, List[str]], eager_peak: Optional[int] = None):
+                 op_writes: Dict[str, List[str]], eager_peak: Optional[int] = None,
+                 trace: Optional[TracedStep] = None):
         self.graph = graph
         self.traced = traced
+        # pass 1's trace (not functional: what eager PyTorch ran, in place where it did)
+        self.trace = trace
         self.state = state
         self.loss = loss
         self.op_nodes = op_nodes
@@ -129,9 +134,16 @@ def _notes(traced: TracedStep, built, cost_note: str, state: TrainingState) -> L
                      f"only on fake tensors) were removed; their users read the argument")
     if traced.functional_dropouts:
         notes.append(f"{traced.functional_dropouts} dropout masks drawn out of place "
-                     f"(empty_like, bernoulli_, div_ -> new_zeros, expand, bernoulli.p, div: "
-                     f"the same bits, roam.capture.trace.functional_dropout_masks) so that "
-                     f"they are recomputable")
+                     f"(empty_like, bernoulli_ -> new_zeros, expand, bernoulli.p: the same "
+                     f"bits, roam.capture.trace.functional_dropout_masks) so that they are "
+                     f"recomputable")
+    if traced.batch_norms:
+        notes.append(f"{traced.batch_norms} BatchNorms in training: functional "
+                     f"(_native_batch_norm_legit_functional returns the new running "
+                     f"statistics, written back at the end of the step), so recomputable")
+    if traced.scheduler_calls:
+        notes.append(f"the step calls {len(traced.scheduler_calls)} LR scheduler step(s): "
+                     f"not in the graph (Python); roam.optimize runs them after each step")
     if traced.fallbacks:
         notes.append("operators without a meta kernel run through FakeTensorMode's "
                      "real-kernel fallback: " + ", ".join(
@@ -157,9 +169,11 @@ def _capture_checks(graph: Dict[str, Any], state: TrainingState, writes: Dict[st
         if (role == "param" and t["name"] in names_with_state) or role == "optimizer_state":
             need[t["id"]] = t["name"]
     missing = [n for tid, n in need.items() if tid not in written]
-    if missing:
+    if missing and state.optimizer is not None:
         raise GraphCheckError(f"{len(missing)} parameters / optimizer states are not updated in "
                               f"the update phase: {missing[:5]}")
+    if state.step_fn is not None or not graph["outputs"]:
+        return  # a step function: which inputs feed which loss is its own business
     n_model = len(state.input_names) - state.n_loss_inputs
     model_inputs = set(state.input_names[:n_model]) if state.input_names else {"data"}
     producer = {o: op["id"] for op in graph["ops"] for o in op["outputs"]}
@@ -192,7 +206,25 @@ PEAK_HIGH = 1.25
 PEAK_SLACK_BYTES = 1 << 20
 
 
-def check_eager_peak(graph: Dict[str, Any], measured: int, with_workspaces: bool = False) -> None:
+def deferred_writeback_bytes(graph: Dict[str, Any], writebacks: Sequence[str],
+                             alignment: int = 64) -> int:
+    """Bytes of the values that write-backs at the end of the step hold (each rounded up to
+    ``alignment``): the new running statistics of BatchNorms, written back after the forward
+    where eager PyTorch writes them in place during it. The graph in program order holds at
+    most this much more than the eager step."""
+    by_id = {t["id"]: t for t in graph["tensors"]}
+    ops = {op["id"]: op for op in graph["ops"]}
+    total = 0
+    for oid in writebacks:
+        op = ops.get(oid)
+        if op is None or len(op["inputs"]) < 2:
+            continue
+        total += -(-int(by_id[op["inputs"][1]]["size"]) // alignment) * alignment
+    return total
+
+
+def check_eager_peak(graph: Dict[str, Any], measured: int, with_workspaces: bool = False,
+                     deferred_bytes: int = 0) -> None:
     """Raise :class:`GraphCheckError` unless ``measured`` (bytes allocated above the resident
     tensors at the eager peak) matches Tp = Tp(program order) of ``graph``.
 
@@ -202,11 +234,14 @@ def check_eager_peak(graph: Dict[str, Any], measured: int, with_workspaces: bool
     (both count the op's peak: its workspace is that peak minus its outputs). Otherwise
     (profiler measurement, no workspaces): ``[PEAK_LOW * Tp, PEAK_HIGH * Tp + 1 MiB]``.
     Above means storages missing from the graph or live ranges cut short (a dropped edge);
-    below means storage the graph invents (a missed alias)."""
+    below means storage the graph invents (a missed alias). ``deferred_bytes``
+    (:func:`deferred_writeback_bytes`) may be held above the eager peak by design: the graph
+    writes resident tensors back after the forward, where eager PyTorch writes them during it."""
     if with_workspaces:
         tp = program_order_peak(graph, alignment=64)
         ok = (measured <= tp + PEAK_SLACK_BYTES_MEASURED
-              and tp - measured <= PEAK_TOLERANCE_BELOW * tp + PEAK_SLACK_BYTES_MEASURED)
+              and tp - measured <= PEAK_TOLERANCE_BELOW * tp + PEAK_SLACK_BYTES_MEASURED
+              + deferred_bytes)
     else:
         tp = program_order_peak(graph)
         ok = PEAK_LOW * tp <= measured <= PEAK_HIGH * tp + PEAK_SLACK_BYTES
@@ -276,10 +311,11 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
     mode = "fake" if fake else "real"
     t0 = time.perf_counter()
     say(f"tracing the training step with make_fx ({mode} tensors)")
-    traced = trace_training_step(state, seed=seed, progress=progress)
+    trace = trace_training_step(state, seed=seed, progress=progress)
+    traced = functionalize_step(trace, state, seed=seed, progress=progress)
     t_trace = time.perf_counter() - t0
-    say(f"traced {len(traced.gm.graph.nodes)} fx nodes in {t_trace:.1f} s; recording "
-        f"{mode} values")
+    say(f"traced {len(traced.gm.graph.nodes)} fx nodes (functional) in {t_trace:.1f} s; "
+        f"recording {mode} values")
     builder = GraphBuilder(traced.gm, traced.placeholders, fake_mode=state.fake_mode,
                            progress=progress)
     torch.manual_seed(seed)
@@ -305,6 +341,9 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
             op.pop("cost", None)
         cost_note = "cost: not measured"
     add_order_edges(built.tensors, built.ops, built.op_writes)
+    write_edges = add_write_after_forward_edges(
+        built.tensors, built.ops, built.op_writes,
+        list(built.losses) + [t for t in built.outputs if t not in built.losses])
     ws_meta: Dict[str, Any] = {"mode": "none"}
     ws_peak = None
     if workspaces:
@@ -322,8 +361,12 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
                                "(weight gradient asked); other ops 0 (not known)"}
         elif wsmod.native_available():
             say("measuring kernel workspaces (one run in program order, recording allocator)")
-            ws, ws_peak, servable = wsmod.measure_workspaces(
-                traced.gm, g0, built.op_nodes, lambda: state.step_inputs().as_args(), seed=seed)
+            ws, _functional_peak, servable = wsmod.measure_workspaces(
+                traced.gm, g0, built.op_nodes, lambda: state.step_inputs().as_args(), seed=seed,
+                inplace=inplace_in_order(g0))
+            say("measuring the eager peak (pass 1's trace: what eager PyTorch runs)")
+            ws_peak = wsmod.measure_peak(trace.gm, lambda: state.step_inputs().as_args(),
+                                         seed=seed)
             for op in built.ops:
                 if ws.get(op["id"], 0) > 0:
                     op["workspace"] = int(ws[op["id"]])
@@ -349,16 +392,20 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
                           stacklevel=3)
     dtypes = sorted({dtype_name(p.dtype) for p in state.params})
     trace_desc = ("torch.fx.experimental.proxy_tensor.make_fx, tracing_mode='real', one "
-                  "steady-state step")
+                  "steady-state step; then make_fx over torch.func.functionalize(remove="
+                  "'mutations') of that trace (roam.capture.functional)")
     if fake:
         trace_desc = ("torch.fx.experimental.proxy_tensor.make_fx over "
                       "torch._subclasses.FakeTensorMode (fake tensors: sizes from tensor "
-                      "metadata, nothing allocated), one steady-state step")
+                      "metadata, nothing allocated), one steady-state step; then make_fx over "
+                      "torch.func.functionalize(remove='mutations') of that trace "
+                      "(roam.capture.functional)")
     opt = state.optimizer
     full_meta = {"framework": f"torch {torch.__version__}",
-                 "optimizer": type(opt).__name__,
+                 "optimizer": type(opt).__name__ if opt is not None else None,
                  "optimizer_options": optimizer_options(opt),
-                 "loss": _loss_name(state.loss_fn),
+                 "loss": (_loss_name(state.loss_fn) if state.step_fn is None
+                          else f"step function {getattr(state.step_fn, '__qualname__', '?')}"),
                  "dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "device": "cpu",
                  "capture": {"tool": "roam.capture", "mode": mode, "trace": trace_desc,
                              "seed": seed, "workspace": ws_meta}}
@@ -386,7 +433,17 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
     graph = {"format": "roam-graph", "version": 1, "name": name, "meta": full_meta,
              "tensors": built.tensors, "ops": built.ops, "outputs": built.outputs}
     say("checking the graph")
-    check_graph(graph, require_monotone_phases=True)
+    full_meta["capture"]["functional"] = dict(
+        traced.functional or {}, write_after_forward_edges=write_edges,
+        inplace_ops=sum(1 for op in built.ops if op.get("inplace")),
+        rule="roam.capture.functional: what eager PyTorch ran in place on an intermediate "
+             "tensor is a functional op with an `inplace` permission; the optimizer's "
+             "in-place updates of parameters and state stay in place (restored); other writes "
+             "to resident tensors (BatchNorm running statistics) are write-backs at the end; "
+             "every write to a resident tensor follows the ops producing the losses and the step's outputs (after edges)")
+    full_meta["capture"]["losses"] = list(built.losses)
+    check_graph(graph, require_monotone_phases=state.step_fn is None,
+                losses=built.losses or None)
     _capture_checks(graph, state, built.op_writes)
     full_meta["capture"]["notes"] = _notes(traced, built, cost_note, state)
     s = summary(graph)
@@ -396,19 +453,22 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
     if check_peak and not fake:
         if eager_peak is None:
             from .peak import measure_eager_peak
-            eager_peak, _ = measure_eager_peak(traced, state.step_inputs(), seed=seed)
+            eager_peak, _ = measure_eager_peak(trace, state.step_inputs(), seed=seed)
         tp_shown = (program_order_peak(graph, alignment=64) if ws_peak is not None
                     else s["tp_program_order_bytes"])
         say(f"measured eager peak {eager_peak} B above resident; Tp(program order) "
             f"{tp_shown} B" + (" (64-byte allocations, workspaces included)"
                                if ws_peak is not None else ""))
-        check_eager_peak(graph, eager_peak, with_workspaces=ws_peak is not None)
+        deferred = deferred_writeback_bytes(graph, built.writebacks)
+        full_meta["capture"]["functional"]["deferred_writeback_bytes"] = deferred
+        check_eager_peak(graph, eager_peak, with_workspaces=ws_peak is not None,
+                         deferred_bytes=deferred)
     full_meta["resident_bytes"] = s["resident_bytes"]
     full_meta["tp_program_order_bytes"] = s["tp_program_order_bytes"]
     return Graph(graph=graph, traced=traced, state=state,
                  loss=None if fake else built.loss_value,
                  op_nodes=dict(built.op_nodes), op_writes=dict(built.op_writes),
-                 eager_peak=eager_peak)
+                 eager_peak=eager_peak, trace=trace)
 
 
 def _to_fake_state(state: TrainingState, fake_mode) -> TrainingState:
@@ -423,41 +483,112 @@ def _to_fake_state(state: TrainingState, fake_mode) -> TrainingState:
     return state
 
 
+def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
+                        model: Optional[torch.nn.Module] = None, schedulers=None,
+                        fake: bool = False, n_loss_inputs: int = 1,
+                        input_names: Optional[Sequence[str]] = None,
+                        warmup_inputs: Optional[Sequence[Any]] = None, seed: int = 0,
+                        progress: Optional[Callable[[str], None]] = None):
+    """The steady-state :class:`TrainingState` of :func:`capture` (same arguments), and the
+    notes it adds: ``(state, notes)``. A step function is the first argument when it is not
+    an ``nn.Module``; then the second positional argument is ``example_inputs`` and
+    ``model`` / ``optimizer`` / ``schedulers`` are found from it where not given
+    (:func:`roam.capture.discover.discover`).
+
+    Raises:
+        CaptureError: see :func:`capture`; TypeError: missing arguments."""
+    from .discover import discover
+    from .fake import fake_mode_of, new_fake_mode
+    if isinstance(model_or_step, torch.nn.Module):
+        if optimizer is None or loss_fn is None or example_inputs is None:
+            raise TypeError("capture(model, optimizer, loss_fn, example_inputs): all four are "
+                            "needed (or pass a step function first)")
+        state = make_state(model_or_step, optimizer, loss_fn, example_inputs,
+                           n_loss_inputs=n_loss_inputs, input_names=input_names)
+    else:
+        if example_inputs is None and optimizer is not None and loss_fn is None and \
+                not isinstance(optimizer, torch.optim.Optimizer):
+            example_inputs, optimizer = optimizer, None  # capture(step_fn, example_inputs)
+        if example_inputs is None:
+            raise TypeError("capture(step_fn, example_inputs): the step's positional arguments "
+                            "are needed")
+        if loss_fn is not None:
+            raise TypeError("a step function computes its own loss: loss_fn is not taken")
+        m, opt, scheds = discover(model_or_step, model, optimizer, schedulers)
+        if not isinstance(example_inputs, (tuple, list)):
+            example_inputs = (example_inputs,)
+        state = make_state(m, opt, None, example_inputs, input_names=input_names,
+                           step_fn=model_or_step, schedulers=scheds)
+    tensors = list(state.params) + list(state.buffers) + list(state.inputs) + [
+        v for d in state.state_values for v in d.values() if isinstance(v, torch.Tensor)]
+    fm = fake_mode_of(tensors)
+    if fm is not None and not fake:
+        raise CaptureError("the model or inputs hold fake tensors: capture with fake=True")
+    if fake:
+        _to_fake_state(state, fm or new_fake_mode())
+    notes = []
+    if state.optimizer is not None and not state.state_index:
+        say = progress or (lambda s: None)
+        say("the optimizer has no state yet: one warm-up step on copies creates it")
+        state = warm_up(state, inputs=warmup_inputs, seed=seed)
+        notes.append("optimizer state created by one warm-up training step on copies "
+                     "of the model's tensors")
+    return state, notes
+
+
 @preserved_rng_state()
-def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
-            example_inputs: Sequence[torch.Tensor], *, fake: bool = False,
+def capture(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
+            model: Optional[torch.nn.Module] = None, schedulers=None, fake: bool = False,
             name: Optional[str] = None, n_loss_inputs: int = 1,
             input_names: Optional[Sequence[str]] = None, cost: str = "auto",
             cost_repeats: int = 3, cost_model: Optional[CostModel] = None,
-            warmup_inputs: Optional[Sequence[torch.Tensor]] = None, seed: int = 0,
+            warmup_inputs: Optional[Sequence[Any]] = None, seed: int = 0,
             check_peak: bool = True, meta: Optional[Dict[str, Any]] = None,
             progress: Optional[Callable[[str], None]] = None) -> Graph:
-    """Capture one steady-state training step of ``model`` with ``optimizer``.
+    """Capture one steady-state training step as a roam-graph.
 
-    The step is: ``out = model(*example_inputs[:-n_loss_inputs])`` (the primary output of a
-    tuple, see :func:`~roam.capture.trace.primary_output`), ``loss = loss_fn(out,
-    *example_inputs[-n_loss_inputs:])``, the gradients of every parameter that requires one,
-    and ``optimizer.step()`` -- the optimizer's own step, traced, with its state passed in
-    as ``optimizer_state`` tensors that the step updates in place. BatchNorm statistics and
-    other module buffers are ``buffer`` inputs, updated in place.
+    Two forms:
+
+    * ``capture(model, optimizer, loss_fn, example_inputs)``: the step is ``out =
+      model(*example_inputs[:-n_loss_inputs])`` (the primary output of a tuple, see
+      :func:`~roam.capture.state.primary_output`), ``loss = loss_fn(out,
+      *example_inputs[-n_loss_inputs:])``, ``loss.backward()`` and ``optimizer.step()``;
+    * ``capture(step_fn, example_inputs)``: the user's whole step, called as
+      ``step_fn(*example_inputs)`` (any pytree of arguments; the tensors among them are the
+      batch), doing whatever it does: several losses, ``backward()`` calls (gradient
+      accumulation), ``clip_grad_norm_``, ``optimizer.step()``, ``scheduler.step()``; it
+      returns tensors (a loss, a dict of them). ``model``, ``optimizer`` and ``schedulers``
+      are found from what the function refers to where not given
+      (:mod:`roam.capture.discover`).
+
+    The optimizer's own step is traced with its state passed in as ``optimizer_state`` tensors
+    that the step updates in place; BatchNorm statistics and other module buffers are
+    ``buffer`` inputs, written back at the end of the step. The graph is functional
+    (:mod:`roam.capture.functional`): what eager PyTorch ran in place on intermediate tensors
+    is an ``inplace`` permission.
 
     Args:
-        model: any ``nn.Module`` (its mode, train or eval, is used as is).
-        optimizer: any ``torch.optim`` optimizer over (a subset of) ``model.parameters()``
-            that needs no closure. If it has no state yet, one warm-up step on copies (on
-            ``warmup_inputs``, default ``example_inputs``) creates it; the model and the
-            optimizer are never modified, nor is PyTorch's global random state (CPU, and CUDA's
-            generators or queued seeding; restored also on an exception, the capture's own
-            seeding and dropout draws included).
-        loss_fn: ``loss_fn(output, *targets) -> 0-d tensor``.
-        example_inputs: tensors; the last ``n_loss_inputs`` go to the loss, the others to
-            the model.
+        model_or_step: any ``nn.Module`` (its mode, train or eval, is used as is), or the
+            step function.
+        optimizer: any ``torch.optim`` optimizer over (a subset of) the model's parameters,
+            needing no closure (plain, ``foreach`` or ``fused``). If it has no state yet, one
+            warm-up step on copies (on ``warmup_inputs``, default ``example_inputs``) creates
+            it; the model, the optimizer and the schedulers are never modified, nor is
+            PyTorch's global random state (CPU, and CUDA's generators or queued seeding;
+            restored also on an exception, the capture's own seeding and dropout draws
+            included).
+        loss_fn: ``loss_fn(output, *targets) -> 0-d tensor`` (model form only).
+        example_inputs: tensors (model form: the last ``n_loss_inputs`` go to the loss, the
+            others to the model), or the step function's arguments.
+        model / schedulers: step form: the module and the LR schedulers the step trains
+            with, where the function's references do not tell (a scheduler's ``step()`` is
+            not in the graph: :func:`roam.optimize` runs it after each step).
         fake: trace on fake tensors (``FakeTensorMode``): nothing is allocated, sizes come
             from tensor metadata; a model whose tensors are already fake (built inside a
             ``FakeTensorMode``) needs ``fake=True``.
         name: graph name (default ``<model class>-b<batch>-<optimizer>``).
         input_names: names of the ``input`` tensors (default ``data``, ``labels`` for two
-            inputs, else ``input0..``, ``target0..``).
+            inputs of the model form, else ``input0..``, ``target0..``).
         cost: ``"auto"`` (measured per op on the CPU in real mode, FLOP/bytes estimate in
             fake mode), ``"measured"``, ``"estimate"`` or ``"none"``; see
             :func:`capture_step`.
@@ -469,28 +600,21 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: C
         :class:`Graph` (``.save(path)`` writes it).
 
     Raises:
-        CaptureError, GraphCheckError, ValueError (see :func:`capture_step`).
+        CaptureError: what cannot be captured, with the reason (a model that is not
+            traceable, ``Tensor.item()`` or ``bool()`` of a tensor steering the step,
+            data-dependent shapes, an optimizer over foreign tensors, several optimizers, a
+            step returning non-tensors); GraphCheckError: the structural check failed;
+            TypeError: missing arguments; ValueError (see :func:`capture_step`).
     """
-    from .fake import fake_mode_of, new_fake_mode
-    state = make_state(model, optimizer, loss_fn, example_inputs, n_loss_inputs=n_loss_inputs,
-                       input_names=input_names)
-    tensors = list(state.params) + list(state.buffers) + list(state.inputs) + [
-        v for d in state.state_values for v in d.values() if isinstance(v, torch.Tensor)]
-    fm = fake_mode_of(tensors)
-    if fm is not None and not fake:
-        raise CaptureError("the model or inputs hold fake tensors: capture with fake=True")
-    if fake:
-        _to_fake_state(state, fm or new_fake_mode())
-    notes_extra = []
-    if not state.state_index:
-        say = progress or (lambda s: None)
-        say("the optimizer has no state yet: one warm-up step on copies creates it")
-        state = warm_up(state, inputs=warmup_inputs, seed=seed)
-        notes_extra.append("optimizer state created by one warm-up training step on copies "
-                           "of the model's tensors")
+    state, notes_extra = make_training_state(
+        model_or_step, optimizer, loss_fn, example_inputs, model=model, schedulers=schedulers,
+        fake=fake, n_loss_inputs=n_loss_inputs, input_names=input_names,
+        warmup_inputs=warmup_inputs, seed=seed, progress=progress)
     if name is None:
-        batch = state.inputs[0].shape[0] if state.inputs[0].dim() else 1
-        name = f"{type(model).__name__.lower()}-b{batch}-{type(optimizer).__name__.lower()}"
+        batch = state.inputs[0].shape[0] if state.inputs and state.inputs[0].dim() else 1
+        what = type(state.model).__name__.lower()
+        opt = type(state.optimizer).__name__.lower() if state.optimizer is not None else "step"
+        name = f"{what}-b{batch}-{opt}"
     g = capture_step(state, name=name, meta=meta, cost=cost, cost_repeats=cost_repeats,
                      cost_model=cost_model, seed=seed, check_peak=check_peak,
                      progress=progress)

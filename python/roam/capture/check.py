@@ -37,7 +37,7 @@ def _roots(tensors: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
 
 
 def check_graph(graph: Dict[str, Any], *, require_monotone_phases: bool = False,
-                loss_checks: bool = True) -> None:
+                loss_checks: bool = True, losses: Optional[List[str]] = None) -> None:
     """Raise :class:`GraphCheckError` unless ``graph`` is a well-formed roam-graph v1:
 
     * unique ids; every id referenced (inputs, outputs, after, alias_of, graph outputs) exists;
@@ -47,11 +47,11 @@ def check_graph(graph: Dict[str, Any], *, require_monotone_phases: bool = False,
     * program order (file order) is valid: inputs produced earlier or resident, ``after``
       refers to earlier ops; sizes are non-negative integers (bytes), costs non-negative
       (seconds); phases valid;
-    * with ``loss_checks``: the graph output ``outputs[0]`` is the loss; every
-      backward-phase op descends from the loss-producing op through data edges, or is an
-      ancestor (within the backward phase) of one that does (views of forward tensors such
-      as ``t`` or ``detach`` feeding the gradient computation) -- a disconnected backward op
-      means a dropped data edge;
+    * with ``loss_checks``: the losses are ``losses`` (the tensors the step's ``backward()``
+      calls started from), else the graph output ``outputs[0]``; every backward-phase op
+      descends from a loss-producing op through data edges, or is an ancestor (within the
+      backward phase) of one that does (views of forward tensors such as ``t`` feeding the
+      gradient computation) -- a disconnected backward op means a dropped data edge;
     * with ``require_monotone_phases``: forward ops precede backward ops precede update ops.
     """
     if graph.get("format") != "roam-graph" or graph.get("version") != 1:
@@ -126,19 +126,21 @@ def check_graph(graph: Dict[str, Any], *, require_monotone_phases: bool = False,
             cur = r
 
     if loss_checks and any(op["phase"] == "backward" for op in ops):
-        if not graph.get("outputs"):
+        if not losses and not graph.get("outputs"):
             raise GraphCheckError("graph has backward ops but no output (loss)")
-        loss = graph["outputs"][0]
-        if loss not in producer:
-            raise GraphCheckError(f"loss tensor {loss} is not produced by an op")
-        loss_op = producer[loss]
+        loss_ops = []
+        for loss in (losses or graph["outputs"][:1]):
+            if loss not in producer:
+                raise GraphCheckError(f"loss tensor {loss} is not produced by an op")
+            loss_ops.append(producer[loss])
+        loss_op = loss_ops[0]
         consumers: Dict[str, List[str]] = {}
         for op in ops:
             for x in op["inputs"]:
                 if x in producer:
                     consumers.setdefault(producer[x], []).append(op["id"])
-        desc: Set[str] = {loss_op}
-        for op in ops[op_pos[loss_op]:]:
+        desc: Set[str] = set(loss_ops)
+        for op in ops[min(op_pos[o] for o in loss_ops):]:
             if op["id"] in desc:
                 desc.update(consumers.get(op["id"], []))
         good: Set[str] = set()  # backward ops that descend from the loss or feed one
@@ -159,12 +161,63 @@ def resident_bytes(graph: Dict[str, Any]) -> int:
     return sum(t["size"] for t in graph["tensors"] if "role" in t and "alias_of" not in t)
 
 
+def inplace_in_order(graph: Dict[str, Any], order: Optional[List[str]] = None
+                     ) -> Dict[str, str]:
+    """The in-place writes that ``order`` (op ids, each once; default the file order) allows
+    under GRAPH_FORMAT.md's rule, all of them: ``{output tensor id: input tensor id}`` (the
+    plan field ``inplace``). A permission ``[i, j]`` of op v is used where the storage that
+    input i is bound to is not resident, no op after v in the order reads or binds it (an
+    alias counts), it is not a graph output, and no other output of v took it already; the
+    first listed pair of an output wins. Using every allowed write is the best choice for a
+    fixed order: a write merges two live ranges that meet at v and lowers the bytes live at
+    v only."""
+    tensors = {t["id"]: t for t in graph["tensors"]}
+    roots = _roots(tensors)
+    ops = {op["id"]: op for op in graph["ops"]}
+    order = order or [op["id"] for op in graph["ops"]]
+    last: Dict[str, int] = {}
+    for step, oid in enumerate(order):
+        op = ops[oid]
+        for x in op["inputs"] + op["outputs"]:
+            last[roots[x]] = step
+    outputs = {roots[x] for x in graph.get("outputs", [])}
+    chosen: Dict[str, str] = {}
+    for step, oid in enumerate(order):
+        op = ops[oid]
+        taken = set()
+        for i, j in op.get("inplace", []):
+            x, y = op["inputs"][i], op["outputs"][j]
+            r = roots[x]
+            if y in chosen or r in taken or "role" in tensors[r] or r in outputs:
+                continue
+            if last.get(r) != step:
+                continue
+            chosen[y] = x
+            taken.add(r)
+    return chosen
+
+
+def with_inplace(graph: Dict[str, Any], inplace: Dict[str, str]) -> Dict[str, Any]:
+    """A shallow copy of ``graph`` whose in-place outputs (``inplace``: output id -> input id)
+    are aliases of their inputs: its liveness is the plan's (GRAPH_FORMAT.md plan field
+    ``inplace``)."""
+    if not inplace:
+        return graph
+    tensors = [dict(t, alias_of=inplace[t["id"]]) if t["id"] in inplace else t
+               for t in graph["tensors"]]
+    return dict(graph, tensors=tensors)
+
+
 def program_order_peak(graph: Dict[str, Any], alignment: int = 1,
-                       order: Optional[List[str]] = None) -> int:
+                       order: Optional[List[str]] = None, inplace: bool = True) -> int:
     """Theoretical peak ``Tp(order)`` in bytes (arena part, resident excluded) per the
     liveness rules of GRAPH_FORMAT.md (each op's ``workspace`` live at its step), sizes
     rounded up to ``alignment``; ``order`` defaults to the file order (PyTorch's program
-    order)."""
+    order). With ``inplace`` every in-place write the order allows is used
+    (:func:`inplace_in_order`): what eager PyTorch holds where the graph's ``inplace``
+    permissions are the writes it made."""
+    if inplace:
+        graph = with_inplace(graph, inplace_in_order(graph, order))
     tensors = {t["id"]: t for t in graph["tensors"]}
     roots = _roots(tensors)
     ops = {op["id"]: op for op in graph["ops"]}

@@ -41,8 +41,11 @@ import torch.utils._pytree as pytree
 from torch.fx.node import map_arg
 
 from .errors import CaptureError
+from .kernels import call_with_grad_mode, needs_grad_mode
 from .cost import estimate_op
-from .trace import MODULE_KEY, PHASE_KEY, PHASES
+from .functional import INPLACE_KEY, WRITEBACK_KEY
+from .modules import MODULE_KEY, PHASE_KEY, PHASES
+from .trace import SEED_KEY
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
 # Operators that copy a constant into the step (FakeTensorMode.lift_fns in PyTorch 1.13).
@@ -333,6 +336,8 @@ class BuiltGraph:
     estimates: Dict[str, Tuple[float, float]] = field(default_factory=dict)  # op -> flops, bytes
     recompute_blockers: Dict[str, str] = field(default_factory=dict)  # op id -> rule
     loss_value: Optional[torch.Tensor] = None
+    losses: List[str] = field(default_factory=list)  # tensors a backward() call started from
+    writebacks: List[str] = field(default_factory=list)  # ops writing a value back at the end
 
 
 class GraphBuilder(torch.fx.Interpreter):
@@ -493,6 +498,8 @@ class GraphBuilder(torch.fx.Interpreter):
             # is already fake here, and FakeTensorMode 1.13 only lifts real tensors (it recurses
             # on a fake one). A lift is a copy of its argument: clone it.
             out = torch.ops.aten.clone.default(args[0])
+        elif needs_grad_mode(target):
+            out = call_with_grad_mode(target, args, kwargs)
         else:
             out = target(*args, **kwargs)
         cost = time.perf_counter() - t0
@@ -548,11 +555,16 @@ class GraphBuilder(torch.fx.Interpreter):
             out_struct = NON_TENSOR if out is not None else None
         names = self._getitem_names.get(n, {})
         fresh_out: List[torch.Tensor] = []
+        single_list = len(schema.returns) == 1 and isinstance(schema.returns[0].type,
+                                                             torch.ListType)
+        result_pos: Dict[Tuple[int, Optional[int]], int] = {}  # (return, element) -> output
+        result_val: Dict[str, torch.Tensor] = {}
         for (ri, ei, e) in elems:
             if e is None:
                 continue
             if not isinstance(e, torch.Tensor):
                 continue
+            result_pos[(ri, ei if single_list else None)] = len(out_ids)
             name = n.name if ei is None else names.get(ei, f"{n.name}_{ei}")
             alias = self._resolve_alias(n, target, ret_sets[ri] if ri < len(ret_sets) else set(),
                                         arg_sets, arg_leaves, flat_in, e)
@@ -562,6 +574,7 @@ class GraphBuilder(torch.fx.Interpreter):
             if alias is None and storage_nbytes(e) > tensor_nbytes(e):
                 self.g.oversized_storages.append(tid)
             out_ids.append(tid)
+            result_val[tid] = e
             if ei is None:
                 out_struct = _Tid(tid)
             else:
@@ -587,6 +600,13 @@ class GraphBuilder(torch.fx.Interpreter):
         module = n.meta.get(MODULE_KEY)
         if module:
             rec["module"] = module
+        if n.meta.get(WRITEBACK_KEY):
+            self.g.writebacks.append(oid)
+        if n.meta.get(SEED_KEY) and inputs:  # ones_like(loss) seeding a backward() call
+            self.g.losses.append(inputs[0])
+        pairs = self._inplace_pairs(n, arg_leaves, inputs, out_ids, result_pos, result_val)
+        if pairs:
+            rec["inplace"] = pairs
         self.g.ops.append(rec)
         by_tid = {tid: t for _, tid, t in flat_in}
         self.g.estimates[oid] = estimate_op(target, {a.name: rv for a, _, rv in bound},
@@ -595,6 +615,44 @@ class GraphBuilder(torch.fx.Interpreter):
         self.g.op_writes[oid] = written
         self.g.op_nodes[oid] = n.name
         return out
+
+    def _inplace_pairs(self, n, arg_leaves, inputs, out_ids, result_pos, result_val
+                       ) -> List[List[int]]:
+        """The op's ``inplace`` permissions (GRAPH_FORMAT.md): ``[input position, output
+        position]`` for each result that eager PyTorch wrote over an argument (the functional
+        pass's ``node.meta["roam_inplace"]``), where the two tensors have the same dtype,
+        shape and strides, the input covers its whole storage (offset 0, no bytes beyond it)
+        and is not resident, and the output is a new storage."""
+        perms = n.meta.get(INPLACE_KEY)
+        if not perms:
+            return []
+        pairs: List[List[int]] = []
+        used_in, used_out = set(), set()
+        for (a, kind, k) in perms:
+            if a >= len(arg_leaves):
+                continue
+            leaves = arg_leaves[a]
+            cands = [(leaves[0], result_pos.get((k, None)))] if kind is None else \
+                [(leaves[i], result_pos.get((k, i))) for i in range(len(leaves))]
+            for (tid, x), j in cands:
+                if j is None:
+                    continue
+                out = out_ids[j]
+                y = result_val[out]
+                rec_out = self._by_id(out)
+                if "alias_of" in rec_out or "role" in self._by_id(self._root[tid]):
+                    continue
+                if x.dtype != y.dtype or x.shape != y.shape or x.stride() != y.stride():
+                    continue
+                if x.storage_offset() != 0 or storage_nbytes(x) != tensor_nbytes(x):
+                    continue
+                i = inputs.index(tid)
+                if i in used_in or j in used_out or tensor_nbytes(x) == 0:
+                    continue
+                used_in.add(i)
+                used_out.add(j)
+                pairs.append([i, j])
+        return pairs
 
     def _resolve_alias(self, n, target, ret_set, arg_sets, arg_leaves, flat_in, e):
         """Tensor id that result ``e`` aliases per the schema, checked against storages."""
@@ -641,7 +699,8 @@ def measure_costs(gm: torch.fx.GraphModule, make_args, repeats: int = 3,
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
                 t0 = time.perf_counter()
-                out = n.target(*args, **kwargs)
+                out = (call_with_grad_mode(n.target, args, kwargs) if needs_grad_mode(n.target)
+                       else n.target(*args, **kwargs))
                 samples.setdefault(n.name, []).append(time.perf_counter() - t0)
                 return out
             return super().run_node(n)
@@ -741,3 +800,56 @@ def add_order_edges(tensors: List[Dict[str, Any]], ops: List[Dict[str, Any]],
             op["after"] = sorted(after, key=position.__getitem__)
         elif "after" in op:
             del op["after"]
+
+
+def add_write_after_forward_edges(tensors: List[Dict[str, Any]], ops: List[Dict[str, Any]],
+                                  writes: Dict[str, List[str]],
+                                  losses: Sequence[str] = ()) -> int:
+    """Order every op that writes a resident tensor (a parameter, buffer, optimizer state or
+    input: the optimizer's update, the write-backs of running statistics) after the ops that
+    produce the losses (``losses``: the tensors ``backward()`` started from) and the graph
+    outputs, with ``after`` edges where no path orders them already. Where the forward pass
+    raises (bad input data: it reaches the loss through them), nothing resident has been
+    written yet: a step that fails there leaves the model and the optimizer as they were.
+    Returns the edges added. One forward sweep per loss op (ops are in program order)."""
+    by_id = {t["id"]: t for t in tensors}
+    position = {op["id"]: i for i, op in enumerate(ops)}
+    producer: Dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for o in op["outputs"]:
+            producer[o] = i
+    succ: List[Set[int]] = [set() for _ in ops]
+    for i, op in enumerate(ops):
+        for x in op["inputs"]:
+            if x in producer:
+                succ[producer[x]].add(i)
+        for a in op.get("after", []):
+            succ[position[a]].add(i)
+
+    def root(tid):
+        while "alias_of" in by_id[tid]:
+            tid = by_id[tid]["alias_of"]
+        return tid
+
+    ends = sorted({producer[t] for t in losses if t in producer})
+    writers = [i for i, op in enumerate(ops)
+               if any("role" in by_id[root(t)] for t in writes.get(op["id"], []))]
+    if not writers or not ends:
+        return 0
+    added = 0
+    for s_ in ends:
+        reach = bytearray(len(ops))
+        reach[s_] = 1
+        for i in range(s_, len(ops)):
+            if reach[i]:
+                for j in succ[i]:
+                    reach[j] = 1
+        for w in writers:
+            if w <= s_ or reach[w]:
+                continue
+            op = ops[w]
+            after = op.setdefault("after", [])
+            after.append(ops[s_]["id"])
+            op["after"] = sorted(set(after), key=position.__getitem__)
+            added += 1
+    return added

@@ -1,6 +1,6 @@
 """Fake tensors: tracing a training step without allocating its tensors.
 
-PyTorch 1.13's ``FakeTensorMode`` (``torch._subclasses.fake_tensor``) runs every operator on
+PyTorch's ``FakeTensorMode`` (``torch._subclasses.fake_tensor``) runs every operator on
 "meta" tensors: shapes, dtypes, strides and storage sharing are computed, no data is
 allocated. The capture traces with ``make_fx`` (which records ATen calls through its proxy
 mode) while a ``FakeTensorMode`` is active below it, so the recorded program is the one the
@@ -216,9 +216,21 @@ def _meta_native_layer_norm_backward(grad_out, input, normalized_shape, mean, rs
     return gi, gw, gb
 
 
+def _meta_fused_update_(*args, **kwargs):
+    """The fused optimizer kernels write their arguments in place and return nothing: on meta
+    tensors there is nothing to compute."""
+    return None
+
+
 # operator name -> (meta kernel, probe building meta arguments for a check that PyTorch has
 # no meta kernel of its own)
 _KERNELS = {
+    "_fused_sgd_": _meta_fused_update_,
+    "_fused_sgd_.tensor_lr": _meta_fused_update_,
+    "_fused_adagrad_": _meta_fused_update_,
+    "_fused_adagrad_.tensor_lr": _meta_fused_update_,
+    "_fused_adam_.tensor_lr": _meta_fused_update_,
+    "_fused_adamw_.tensor_lr": _meta_fused_update_,
     "convolution_backward": _meta_convolution_backward,
     "max_pool2d_with_indices_backward": _meta_max_pool2d_with_indices_backward,
     "_adaptive_avg_pool2d_backward": _meta_adaptive_avg_pool2d_backward,
@@ -237,6 +249,10 @@ _KERNELS = {
 
 
 def _has_meta_kernel(name: str) -> bool:
+    base, _, overload = name.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    if packet is None or (overload and overload not in packet.overloads()):
+        return True  # not in this PyTorch: nothing to register
     return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta")
 
 

@@ -171,7 +171,7 @@ def capture_named(name: str, batch_size: int = 1, *, optimizer: str = "adam",
                  torch.randint(0, num_classes, (batch_size,)))
         warmup = (torch.randn(batch_size, 3, image_size, image_size),
                   torch.randint(0, num_classes, (batch_size,)))
-        from .trace import cross_entropy_loss
+        from .state import cross_entropy_loss
         loss_fn = cross_entropy_loss
         input_names = ["data", "labels"]
         meta.update({"model": f"torchvision.{name}", "batch_size": batch_size,

@@ -13,7 +13,8 @@ from typing import Tuple
 
 import torch
 
-from .trace import StepInputs, TracedStep
+from .state import StepInputs
+from .trace import TracedStep
 
 
 def measure_eager_peak(traced: TracedStep, inputs: StepInputs, seed: int = 0) -> Tuple[int, int]:
@@ -31,7 +32,7 @@ def measure_eager_peak(traced: TracedStep, inputs: StepInputs, seed: int = 0) ->
         with torch.no_grad():
             out = traced.gm(*inputs.as_args())
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_us())
+    events.sort(key=lambda e: e.start_ns())
     cur = peak = 0
     for e in events:
         cur += e.nbytes()

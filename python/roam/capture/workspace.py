@@ -41,7 +41,10 @@ those ops. Rules (Debian torch 1.13, x86 with MKL-DNN):
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.fx
+import torch.utils._pytree as pytree
 
+from .kernels import call_with_grad_mode, needs_grad_mode
 from .rng import preserved_rng_state
 
 COUNT_ALIGN = 64  # c10's CPU allocator alignment: what a block costs
@@ -52,13 +55,14 @@ def _up(n: int, a: int = COUNT_ALIGN) -> int:
 
 
 def output_bytes(tensors: Dict[str, Dict[str, Any]], op: Dict[str, Any],
-                 align: int = COUNT_ALIGN) -> int:
+                 align: int = COUNT_ALIGN, inplace=()) -> int:
     """Bytes (rounded to ``align`` each) of the storages ``op`` creates: its outputs that are
-    roots (no ``alias_of``), not resident, of non-zero size. ``tensors``: id -> tensor."""
+    roots (no ``alias_of``), not resident, of non-zero size, not written in place over an
+    input (ids in ``inplace``). ``tensors``: id -> tensor."""
     total = 0
     for tid in op["outputs"]:
         t = tensors[tid]
-        if "alias_of" in t or "role" in t or int(t["size"]) == 0:
+        if "alias_of" in t or "role" in t or int(t["size"]) == 0 or tid in inplace:
             continue
         total += _up(t["size"], align)
     return total
@@ -180,10 +184,51 @@ def native_available() -> bool:
         return False
 
 
+class _Run(torch.fx.Interpreter):
+    """Runs a GraphModule node by node (values freed after their last use, as the generated
+    code frees them), the operators of :mod:`roam.capture.kernels` in grad mode."""
+
+    def __init__(self, gm):
+        super().__init__(gm, garbage_collect_values=True)
+
+    def call_function(self, target, args, kwargs):
+        if needs_grad_mode(target):
+            return call_with_grad_mode(target, args, kwargs)
+        return target(*args, **kwargs)
+
+
+def measure_peak(gm: torch.fx.GraphModule, make_args: Callable[[], Sequence[Any]],
+                 seed: int = 0) -> int:
+    """The peak of the bytes allocated while ``gm(*make_args())`` runs once, above what existed
+    before it (each allocation rounded up to 64), counted by a pass-through session of the
+    executor's CPU allocator. On pass 1's trace (:mod:`roam.capture.trace`) this is the eager
+    step's peak: the kernels eager PyTorch runs, in place where it ran them. Raises
+    ``roam.executor.native.NativeMissing`` when the extension is not built."""
+    from ..executor.native import native
+    N = native()
+    args = make_args()
+    s = N.Session()
+    s.configure(0, COUNT_ALIGN, [])
+    s.set_pass_through(True)
+    with preserved_rng_state():
+        torch.manual_seed(seed)
+        s.install(100)
+        try:
+            with torch.no_grad():
+                out = _Run(gm).run(*pytree.tree_flatten(args)[0])
+            del out
+        finally:
+            s.uninstall()
+    return int(s.stats()["fallback_peak"])
+
+
 def measure_workspaces(gm: torch.fx.GraphModule, graph: Dict[str, Any],
                        op_nodes: Dict[str, str], make_args: Callable[[], Sequence[Any]],
-                       seed: int = 0) -> Tuple[Dict[str, int], int, Dict[str, int]]:
-    """Run the step once in program order under a recording pass-through session.
+                       seed: int = 0, inplace: Optional[Dict[str, str]] = None
+                       ) -> Tuple[Dict[str, int], int, Dict[str, int]]:
+    """Run the step once in program order under a recording pass-through session, each op
+    in ``inplace`` (output id -> input id, :func:`roam.capture.check.inplace_in_order`) run
+    as the in-place operator eager PyTorch ran.
 
     Returns ``(workspaces, eager_peak, servable)``: op id -> workspace bytes (only ops with a
     non-zero one); the peak of the bytes allocated during the run above what existed before
@@ -199,7 +244,7 @@ def measure_workspaces(gm: torch.fx.GraphModule, graph: Dict[str, Any],
     roots = {tid for op in graph["ops"] for tid in op["outputs"]}
     offsets = {t["id"]: 0 for t in graph["tensors"] if t["id"] in roots}
     prog = Program.build(gm, graph, op_nodes, None, offsets, 0, COUNT_ALIGN,
-                         {op["id"]: [0] for op in graph["ops"]})
+                         {op["id"]: [0] for op in graph["ops"]}, inplace=inplace)
     flat, _ = pytree.tree_flatten(make_args())
     s = N.Session()
     s.configure(0, COUNT_ALIGN, [])
@@ -217,7 +262,7 @@ def measure_workspaces(gm: torch.fx.GraphModule, graph: Dict[str, Any],
     del flat
     by_id = {t["id"]: t for t in graph["tensors"]}
     ops = {op["id"]: op for op in graph["ops"]}
-    outs = [output_bytes(by_id, ops[st.op_id]) for st in prog.steps]
+    outs = [output_bytes(by_id, ops[st.op_id], inplace=inplace or {}) for st in prog.steps]
     events = s.events()
     ws, _peak = workspaces_from_events(events, len(prog.steps), outs)
     sv = servable_workspaces(events, len(prog.steps), observed)

@@ -151,7 +151,7 @@ class RoamStep:
     def __init__(self, model, optimizer, loss_fn, captured, graph, plan, *, n_loss_inputs=1,
                  debug=False, measure_eager="once", trust_plan=False, priority=100,
                  record=False, workspaces="arena", budget_bytes=None):
-        from ..capture.trace import make_state  # noqa: F401  (fail early if capture changed)
+        from ..capture.state import make_state  # noqa: F401  (fail early if capture changed)
         self.model = model
         # train/eval mode of every submodule when the step was captured (it fixes dropout and
         # BatchNorm's behaviour in the graph): a step called in another mode runs eagerly
@@ -379,7 +379,7 @@ class RoamStep:
     def _bind(self, inputs) -> Tuple[Optional[List[torch.Tensor]], Optional[List[torch.Tensor]],
                                      Optional[str]]:
         """The live tensors for the captured placeholders, or a reason why they differ."""
-        from ..capture.trace import make_state
+        from ..capture.state import make_state
         from ..capture.errors import CaptureError
         try:
             st = make_state(self.model, self.optimizer, self.loss_fn, inputs,
@@ -499,7 +499,7 @@ class RoamStep:
         under the plan's budget, when the eager estimate with the resident bytes before the
         step is above the budget and the planned one is not. Returns ``(bytes created, eager
         first-step estimate, None)`` or ``(0, eager estimate or None, why not)``."""
-        from ..capture.trace import make_state
+        from ..capture.state import make_state
         mib = 1 << 20
         if self._zero_state is None:
             self._zero_state = zero_state_template(self.optimizer)
@@ -565,7 +565,7 @@ class RoamStep:
         self._bind_cache = None  # it may hold the dropped state tensors
 
     def _eager_step(self, inputs) -> torch.Tensor:
-        from ..capture.trace import primary_output
+        from ..capture.state import primary_output
         n = len(inputs) - self.n_loss_inputs
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(primary_output(self.model(*inputs[:n])), *inputs[n:])
@@ -769,7 +769,7 @@ class RoamStep:
         """Run the *same captured graph* in program order with PyTorch's default allocator
         on ``model`` / ``optimizer`` (default: this step's; pass deep copies to compare),
         updating them in place: the bit-identity reference of the tests."""
-        from ..capture.trace import make_state
+        from ..capture.state import make_state
         model = model if model is not None else self.model
         optimizer = optimizer if optimizer is not None else self.optimizer
         st = make_state(model, optimizer, self.loss_fn, tuple(inputs),

@@ -26,6 +26,8 @@ import torch.fx
 from torch.fx.immutable_collections import immutable_list
 from torch.fx.node import map_arg
 
+from ..capture.kernels import grad_mode_wrapper, needs_grad_mode
+
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
 
 
@@ -114,6 +116,9 @@ class Step:
     # the next step's begin_op may go with this step's end_op (one session call per op): no
     # allocation between them (no generator state saved / restored by either step)
     chain_next: bool = False
+    # run as the in-place operator (plan field inplace): (OpOverload, value expression of
+    # the functional result rebuilt from the written arguments), else None
+    inplace: Optional[Tuple[Any, Any]] = None
 
 
 @dataclass
@@ -166,7 +171,8 @@ class Program:
               order: Optional[Sequence[str]] = None, offsets: Optional[Dict[str, int]] = None,
               arena_bytes: int = 0, alignment: int = 64,
               workspace_offsets: Optional[Dict[str, Sequence[int]]] = None,
-              recompute_offsets: Optional[Dict[str, Sequence[int]]] = None) -> "Program":
+              recompute_offsets: Optional[Dict[str, Sequence[int]]] = None,
+              inplace: Optional[Dict[str, str]] = None) -> "Program":
         """Compile ``gm`` for ``order`` (op ids; default: the graph's program order).
 
         ``order`` may name an op more than once (plan version 2): its first appearance
@@ -174,6 +180,12 @@ class Program:
         ``recomputable: true``) that runs the fx node again on the values its inputs are bound
         to at that step (the latest appearance of each producer) and binds its results anew;
         an older value is dropped right after its last use in this order.
+
+        ``inplace`` (plan field ``inplace``: output tensor id -> input tensor id): each such op
+        runs, at every appearance, as the in-place operator eager PyTorch ran
+        (``node.meta["roam_inplace_target"]`` of :mod:`roam.capture.functional`), so its
+        result is its input's storage and nothing is allocated for it. Every permission of
+        the op must be used (the capture grants them per in-place operator).
 
         ``offsets``: root tensor id -> arena offset (bytes) of instance 0 of every planned
         storage; ``recompute_offsets``: root id -> offsets (bytes) of its instances 1, 2, ...
@@ -188,9 +200,11 @@ class Program:
         Raises:
             PlanMismatch: the order does not name every op of the graph, an op has no fx
                 node (or the reverse), an op that is not recomputable runs twice, an offset
-                is missing, or the order runs an op before one it reads from or breaks an
-                ``after`` edge.
+                is missing, the order runs an op before one it reads from or breaks an
+                ``after`` edge, or an in-place write that the graph does not permit or that
+                uses only some of an op's permissions.
         """
+        inplace = dict(inplace or {})
         nodes = {n.name: n for n in gm.graph.nodes}
         ops = {op["id"]: op for op in graph["ops"]}
         tensors = {t["id"]: t for t in graph["tensors"]}
@@ -303,9 +317,10 @@ class Program:
             keep = any(not (u.op == "call_function" and u.target is operator.getitem)
                        for u in n.users)
             planned, ppos = [], []
+            written = _inplace_of(op, n, inplace)
             for i, tid in enumerate(op["outputs"]):
                 t = tensors[tid]
-                if "alias_of" in t or t.get("role") or int(t["size"]) == 0:
+                if "alias_of" in t or t.get("role") or int(t["size"]) == 0 or tid in inplace:
                     continue
                 if offsets is not None:
                     if j == 0:
@@ -329,7 +344,7 @@ class Program:
             schedule.append(planned)
             steps.append(Step(node=n, op_id=oid, what=what, getitems=gets,
                               keep_result=keep, free_after=free_after[k], planned=planned,
-                              planned_pos=ppos, appearance=j, rng=rng))
+                              planned_pos=ppos, appearance=j, rng=rng, inplace=written))
         prog = cls(gm=gm, steps=steps, placeholders=placeholders, output_node=output_node,
                    arena_bytes=int(arena_bytes), alignment=int(alignment), schedule=schedule,
                    workspaces=workspaces,
@@ -347,17 +362,26 @@ class Program:
             st.slot = slot[st.node]
             st.get_slots = [(slot[g], i) for g, i in st.getitems]
             st.free_slots = [slot[v] for v in st.free_after]
-            target = st.node.target
+            target = st.inplace[0] if st.inplace is not None else st.node.target
             st.fn = target._op if isinstance(target, torch._ops.OpOverload) else target
+            if needs_grad_mode(target):
+                st.fn = grad_mode_wrapper(st.fn)
             st.src_args, st.src_kwargs = st.node.args, st.node.kwargs
             st.expr, st.consts = _call_expr(st.node.args, st.node.kwargs, slot)
         env = {"R": self._resolver()}
-        fns = eval("[" + ",\n".join(f"lambda V, C, F: F({st.expr})" for st in self.steps)
+        fns = eval("[" + ",\n".join(f"lambda V, C, F: {self._body(st)}" for st in self.steps)
                    + "]", env) if self.steps else []
         for st, f in zip(self.steps, fns):
             st.call = f
         for st, nxt in zip(self.steps, self.steps[1:]):
             st.chain_next = st.rng != "replay" and nxt.rng is None
+
+    def _body(self, st: Step) -> str:
+        """The generated call of a step: ``F(args)``, or for an in-place step the in-place
+        operator's call followed by the functional result rebuilt from the written inputs."""
+        if st.inplace is None:
+            return f"F({st.expr})"
+        return f"(F({st.expr}), {_value_expr(st.inplace[1], self.slot_of)})[1]"
 
     def _resolver(self):
         slot = self.slot_of
@@ -374,8 +398,8 @@ class Program:
         node = st.node
         expr, consts = _call_expr(node.args, node.kwargs, self.slot_of)
         if expr != st.expr:
-            st.call = eval(f"lambda V, C, F: F({expr})", {"R": self._resolver()})
             st.expr = expr
+            st.call = eval(f"lambda V, C, F: {self._body(st)}", {"R": self._resolver()})
         st.consts = consts
         st.src_args, st.src_kwargs = node.args, node.kwargs
 
@@ -460,6 +484,52 @@ class Program:
             result = map_arg(self.output_node.args[0], lambda n: V[slot[n]])
         V.clear()
         return result
+
+
+def _inplace_of(op: Dict[str, Any], node: torch.fx.Node, inplace: Dict[str, str]
+                ) -> Optional[Tuple[Any, Any]]:
+    """``(in-place OpOverload, result structure)`` for an op whose outputs the plan writes
+    over its inputs (``Step.inplace``), None when it writes none. The result structure says,
+    per result of the functional operator, which argument holds it after the in-place call:
+    a node, or a list of nodes."""
+    pairs = {(i, j) for i, j in op.get("inplace", [])}
+    used = {(op["inputs"].index(inplace[y]) if inplace[y] in op["inputs"] else -1, j)
+            for j, y in enumerate(op["outputs"]) if y in inplace}
+    if not used:
+        return None
+    if not used <= pairs:
+        raise PlanMismatch(f"the plan writes an output of op {op['id']} over an input the graph "
+                           f"does not permit ({sorted(used - pairs)})")
+    outs = {j for _i, j in pairs}
+    if {j for _i, j in used} != outs:
+        raise PlanMismatch(f"the plan writes only some outputs of op {op['id']} "
+                           f"({node.target}) in place; the executor runs an in-place operator "
+                           f"as a whole")
+    target = node.meta.get("roam_inplace_target")
+    perms = node.meta.get("roam_inplace")
+    if target is None or not perms:
+        raise PlanMismatch(f"op {op['id']} ({node.target}) has no in-place operator recorded "
+                           f"by the capture")
+    schema = node.target._schema
+    args = list(node.args) + [node.kwargs.get(a.name) for a in schema.arguments[len(node.args):]]
+    results: Dict[int, Any] = {}
+    for a, _kind, k in perms:
+        v = args[a]
+        results[k] = list(v) if isinstance(v, (list, tuple)) else v
+    n_rets = len(schema.returns)
+    if sorted(results) != list(range(n_rets)):
+        raise PlanMismatch(f"op {op['id']} ({node.target}): its results are not all written "
+                           f"arguments")
+    value = results[0] if n_rets == 1 else tuple(results[k] for k in range(n_rets))
+    return target, value
+
+
+def _value_expr(value, slot: Dict[torch.fx.Node, int]) -> str:
+    if isinstance(value, torch.fx.Node):
+        return f"V[{slot[value]}]"
+    if isinstance(value, tuple):
+        return "(" + "".join(_value_expr(v, slot) + ", " for v in value) + ")"
+    return "[" + ", ".join(_value_expr(v, slot) for v in value) + "]"
 
 
 def ranks_from_events(program: "Program", events, observed: Dict[int, List[int]]
