@@ -1,6 +1,6 @@
 """python -m roam.run --model NAME --batch-size B --steps N: train a model for N steps with
 roam.optimize and, side by side, with the ordinary eager loop; print per step the loss and the
-measured peak of both, and the reduction. CPU only (Debian's PyTorch 1.13).
+measured peak of both, and the reduction. CPU only (PyTorch 2.x).
 
 First the plan: its headline (as roam plan prints it: peak = resident + arena; program order
 on a CPU allocator = resident + Tp of the graph's own order; lower bound) and what is live at its
@@ -69,7 +69,9 @@ def build(name: str, batch_size: int, image_size: int, num_classes: int,
     from .capture.errors import UnknownModelError
     from .capture.state import cross_entropy_loss
     torch.manual_seed(seed)
-    if name in BERT_PRESETS or name in zoo.MODELS:
+    if ":" in name:
+        model, loss_fn, batch_fn = user_model(name, batch_size, image_size, num_classes, seed)
+    elif name in BERT_PRESETS or name in zoo.MODELS:
         base = "bert-base" if name in BERT_PRESETS else name
         cfg = None
         if name in BERT_PRESETS:
@@ -93,6 +95,54 @@ def build(name: str, batch_size: int, image_size: int, num_classes: int,
         raise UnknownModelError(name, model_names())
     model.train()
     return model, make_optimizer(optimizer, model.parameters()), loss_fn, batch_fn
+
+
+def user_model(spec: str, batch_size: int, image_size: int, num_classes: int, seed: int):
+    """``(model, loss_fn, batch_fn)`` of ``--model package.module:Name``: ``Name`` is an
+    ``nn.Module`` class built with no arguments, or a function returning a module. Its batch:
+    the module (or the class) may define ``example_batch(batch_size, generator)`` returning
+    ``(inputs..., target)``; otherwise images ``(batch, 3, image_size, image_size)`` and
+    labels in ``[0, num_classes)``. Its loss: ``loss_fn(output, target)`` defined beside it,
+    else cross-entropy of the primary output (token-level when the output has 3 dims).
+
+    Raises:
+        UnknownModelError: the module cannot be imported, has no ``Name``, or ``Name`` gives
+            no ``nn.Module`` (the message says which)."""
+    import importlib
+    from .capture.errors import UnknownModelError
+    from .capture.state import cross_entropy_loss
+    modname, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(modname)
+    except Exception as e:  # ImportError and whatever the module raises on import
+        raise UnknownModelError(spec, [], f"cannot import {modname!r} "
+                                          f"({type(e).__name__}: {e})") from None
+    obj = getattr(mod, attr, None)
+    if obj is None:
+        raise UnknownModelError(spec, [], f"module {modname!r} has no {attr!r}")
+    try:
+        model = obj()
+    except Exception as e:
+        raise UnknownModelError(spec, [], f"{spec}() failed ({type(e).__name__}: {e})") from None
+    if not isinstance(model, torch.nn.Module):
+        raise UnknownModelError(spec, [], f"{spec}() returned {type(model).__name__}, not an "
+                                          f"nn.Module")
+    make = getattr(model, "example_batch", None) or getattr(mod, "example_batch", None)
+
+    def batch_fn(i):
+        g = torch.Generator().manual_seed(seed * 1000 + i)
+        if make is not None:
+            return tuple(make(batch_size, g))
+        return (torch.randn(batch_size, 3, image_size, image_size, generator=g),
+                torch.randint(0, num_classes, (batch_size,), generator=g))
+
+    user_loss = getattr(mod, "loss_fn", None)
+
+    def default_loss(out, target):
+        if out.dim() == 3 and target.dim() == 2:
+            return cross_entropy_loss(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+        return cross_entropy_loss(out, target)
+    return model, (user_loss if callable(user_loss) else default_loss), batch_fn
 
 
 def eager_step(model, opt, loss_fn, batch) -> torch.Tensor:
@@ -158,7 +208,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m roam.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True,
-                   help="model to train (the list of python -m roam.capture --list-models)")
+                   help="model to train: a name of python -m roam.capture --list-models, or "
+                        "package.module:Name, your nn.Module class (or a function returning "
+                        "one; the module may define example_batch(batch_size, generator) and "
+                        "loss_fn(output, target))")
     p.add_argument("--batch-size", type=_positive_int, default=1, help="samples per batch (default 1)")
     p.add_argument("--steps", type=_positive_int, default=3,
                    help="training steps measured after the planned one (default 3)")

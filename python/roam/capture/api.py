@@ -188,7 +188,9 @@ def _capture_checks(graph: Dict[str, Any], state: TrainingState, writes: Dict[st
         if loss not in reached:
             what = "the data input" if t["name"] == "data" else f"the input {t['name']}"
             raise GraphCheckError(f"the loss {loss} (op {producer.get(loss)}) does not depend on "
-                                  f"{what}")
+                                  f"{what}: the model ignores it, or computes on its values "
+                                  f"outside torch (NumPy, Python numbers), which a trace sees "
+                                  f"as constants")
 
 
 # Accepted distance of the measured eager peak (arena part) from Tp(program order) when the
@@ -341,6 +343,8 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
             op.pop("cost", None)
         cost_note = "cost: not measured"
     add_order_edges(built.tensors, built.ops, built.op_writes)
+    from ..executor.planning import add_rng_order_edges
+    rng_edges = add_rng_order_edges({"ops": built.ops})
     write_edges = add_write_after_forward_edges(
         built.tensors, built.ops, built.op_writes,
         list(built.losses) + [t for t in built.outputs if t not in built.losses])
@@ -435,6 +439,7 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
     say("checking the graph")
     full_meta["capture"]["functional"] = dict(
         traced.functional or {}, write_after_forward_edges=write_edges,
+        random_order_edges=rng_edges,
         inplace_ops=sum(1 for op in built.ops if op.get("inplace")),
         rule="roam.capture.functional: what eager PyTorch ran in place on an intermediate "
              "tensor is a functional op with an `inplace` permission; the optimizer's "
@@ -519,6 +524,8 @@ def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inp
             example_inputs = (example_inputs,)
         state = make_state(m, opt, None, example_inputs, input_names=input_names,
                            step_fn=model_or_step, schedulers=scheds)
+    from .trace import refuse_closure_optimizer
+    refuse_closure_optimizer(state.optimizer)
     tensors = list(state.params) + list(state.buffers) + list(state.inputs) + [
         v for d in state.state_values for v in d.values() if isinstance(v, torch.Tensor)]
     fm = fake_mode_of(tensors)

@@ -20,9 +20,12 @@ class UnknownModelError(ValueError):
         valid: sorted list of valid names.
     """
 
-    def __init__(self, name, valid):
+    def __init__(self, name, valid, why: str = ""):
         self.name = name
         self.valid = list(valid)
-        super().__init__(
-            f"unknown model {name!r}; valid models: "
-            + ", ".join(self.valid))
+        if why:  # a package.module:Name model
+            super().__init__(f"model {name!r}: {why}")
+        else:
+            super().__init__(
+                f"unknown model {name!r} (or give package.module:Name, your own nn.Module); "
+                f"valid models: " + ", ".join(self.valid))

@@ -410,7 +410,8 @@ def bound_step(state: TrainingState, params: Sequence[torch.Tensor],
     saved_groups = [g["params"] for g in opt.param_groups] if opt is not None else []
     saved_state = opt.state if opt is not None else None
     new_state = defaultdict(dict)
-    patched = []
+    patched = []  # (object, attribute, what its __dict__ held before: restored after)
+    missing = object()
 
     def step_in_update(*a, **k):
         if a or k:
@@ -431,11 +432,12 @@ def bound_step(state: TrainingState, params: Sequence[torch.Tensor],
             for i, d in state_dicts.items():
                 new_state[params[i]] = d
             opt.state = new_state
+            # an LR scheduler wraps the optimizer's step in the instance __dict__: kept aside
+            patched.append((opt, "step", opt.__dict__.get("step", missing)))
             opt.__dict__["step"] = optimizer_step or step_in_update
-            patched.append((opt, "step"))
         for j, s in enumerate(state.schedulers):
+            patched.append((s, "step", s.__dict__.get("step", missing)))
             s.__dict__["step"] = recorder(j)
-            patched.append((s, "step"))
         for p in params:
             p.grad = None
         with _reparametrize_module(state.model, tensors), \
@@ -446,8 +448,11 @@ def bound_step(state: TrainingState, params: Sequence[torch.Tensor],
                 raise CaptureError(f"the step reassigns {replaced[:5]} instead of updating "
                                    f"them in place; not supported")
     finally:
-        for obj, name in patched:
-            obj.__dict__.pop(name, None)
+        for obj, name, old in reversed(patched):
+            if old is missing:
+                obj.__dict__.pop(name, None)
+            else:
+                obj.__dict__[name] = old
         for p in params:
             p.grad = None
         if opt is not None:

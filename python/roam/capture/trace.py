@@ -313,8 +313,11 @@ def trace_training_step(state: TrainingState, seed: int = 0,
     def local_scalar_dense(x):
         where = _modules.current_phase() or "other"
         if where != "update":
+            tr = _modules._TRACKER
+            path = next((p for p in reversed(tr.stack) if p), None) if tr is not None else None
             raise CaptureError(
-                f"Tensor.item() (or bool(), int(), float() of a tensor) in the {where} phase: "
+                f"Tensor.item() (or bool(), int(), float() of a tensor) in the {where} phase"
+                + (f" (module {path})" if path else "") + ": "
                 f"its value may steer the Python code of the step, which a captured graph "
                 f"cannot replay; keep it a tensor (return it, or compute with torch.where)")
         with disable_proxy_modes_tracing():
@@ -332,10 +335,11 @@ def trace_training_step(state: TrainingState, seed: int = 0,
     step_fn = make_train_step(state, record)
     fallbacks: Dict[str, int] = {}
     torch.manual_seed(seed)
+    refuse_closure_optimizer(state.optimizer)
     with contextlib.ExitStack() as stack:
         stack.enter_context(stamp_nodes(progress))
         stack.enter_context(_track_last_node())
-        stack.enter_context(ModuleTracker(state.model).installed())
+        tracker = stack.enter_context(ModuleTracker(state.model).installed())
         stack.enter_context(eager_kernels_while_tracing())
         if state.fake_mode is not None:
             from .fake import count_fallbacks
@@ -347,9 +351,16 @@ def trace_training_step(state: TrainingState, seed: int = 0,
         except CaptureError:
             raise
         except Exception as e:
-            if state.fake_mode is None:
-                raise
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if state.fake_mode is None:
+                where = next((p for p in reversed(tracker.stack) if p), None)
+                raise CaptureError(
+                    f"the step cannot be traced ({type(e).__name__}: {first[:300]})"
+                    + (f" in module {where}" if where else "")
+                    + f", phase {_modules.current_phase() or 'other'}: roam traces the "
+                      f"ATen operators of one step with make_fx, so the step must run on "
+                      f"tensors only (no NumPy or Python values computed from tensor data)"
+                ) from e
             raise CaptureError(f"tracing on fake tensors failed ({type(e).__name__}: "
                                f"{first[:300]}); the program needs real values (e.g. a "
                                f"data-dependent shape): capture in real mode") from e
@@ -371,6 +382,23 @@ def trace_training_step(state: TrainingState, seed: int = 0,
                       functional_dropouts=dropouts, batch_norms=norms,
                       scheduler_calls=record.get("scheduler_calls", []),
                       output_spec=record.get("output_spec"))
+
+
+def refuse_closure_optimizer(optimizer) -> None:
+    """An optimizer whose ``step()`` needs a closure (``LBFGS``) re-evaluates the model inside
+    the step a data-dependent number of times: refused, naming it."""
+    if optimizer is None:
+        return
+    import inspect
+    try:
+        sig = inspect.signature(type(optimizer).step)
+    except (TypeError, ValueError):
+        return
+    p = sig.parameters.get("closure")
+    if p is not None and p.default is inspect.Parameter.empty:
+        raise CaptureError(f"optimizer {type(optimizer).__name__}: its step() needs a closure "
+                           f"(it runs the model again, a data-dependent number of times); "
+                           f"roam captures optimizers whose step() takes none")
 
 
 # ---------------------------------------------------------------- passes on the trace

@@ -125,6 +125,70 @@ def _first_tensor(out) -> torch.Tensor:
     return next(t for t in pytree.tree_flatten(out)[0] if isinstance(t, torch.Tensor))
 
 
+def _loss_value(out) -> Optional[float]:
+    """The first one-element tensor among the step's outputs, as a float (None if none)."""
+    for t in pytree.tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor) and t.numel() == 1:
+            return float(t)
+    return None
+
+
+def _first_resident_write(graph: Dict[str, Any], op_writes: Dict[str, List[str]],
+                          order: Optional[Sequence[str]]) -> Optional[int]:
+    """The first position in ``order`` (default program order) of an op that writes a
+    resident tensor (parameter, buffer, optimizer state, input), None when none does."""
+    tensors = {t["id"]: t for t in graph["tensors"]}
+
+    def resident(tid):
+        while "alias_of" in tensors[tid]:
+            tid = tensors[tid]["alias_of"]
+        return "role" in tensors[tid]
+    writers = {oid for oid, tids in op_writes.items() if any(resident(t) for t in tids)}
+    order = order if order is not None else [op["id"] for op in graph["ops"]]
+    for k, oid in enumerate(order):
+        if oid in writers:
+            return k
+    return None
+
+
+class _InterruptGuard:
+    """Ctrl-C (SIGINT) during a step: raised at once before the step's first write to a
+    resident tensor; after it, held until the step is done and raised then, so the model and
+    the optimizer are never left half updated. Only in the main thread (elsewhere Python
+    delivers no signal)."""
+
+    def __init__(self):
+        self.armed = False
+        self.pending = False
+        self._old = None
+
+    def _handler(self, signum, frame):
+        if self.armed:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+        return False
+
+    def reraise(self) -> None:
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt("roam: interrupted during a step; the step was finished "
+                                    "first (its writes to the model and optimizer had begun)")
+
+
 def _flatten_state(st) -> List[torch.Tensor]:
     """Placeholder order of the captured step: params, buffers, optimizer state, inputs."""
     ostate = [st.state_values[k][key] for k in range(len(st.state_index))
@@ -158,6 +222,12 @@ class RoamStep:
         self._captured_modes = [m.training for m in model.modules()]
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        # the user's step function (None: the default step of model, optimizer, loss_fn) and
+        # the LR schedulers whose step() calls it makes, run after each step from the graph
+        self.step_fn = captured.state.step_fn
+        self.schedulers = list(captured.state.schedulers)
+        self.scheduler_calls = list(getattr(captured.traced, "scheduler_calls", []))
+        self._input_constants = list(captured.state.input_constants)
         self.captured = captured
         self.graph = graph
         self.plan = plan
@@ -246,7 +316,8 @@ class RoamStep:
                 self.program = Program.build(gm, graph, captured.op_nodes, plan["order"],
                                              plan["offsets"], self.planned_arena_bytes,
                                              self.alignment, plan.get("workspace_offsets"),
-                                             plan.get("recompute_offsets"))
+                                             plan.get("recompute_offsets"),
+                                             inplace=plan.get("inplace"))
             except (PlanMismatch, KeyError, TypeError, ValueError) as e:
                 self.unplanned_reason = f"the plan does not fit the captured step: {e}"
         if self.unplanned_reason is not None:
@@ -261,11 +332,26 @@ class RoamStep:
         self.budget_bytes: Optional[int] = None if budget is None else int(budget)
         # the most bytes the program holds outside the plan for CPU generator states
         self.rng_state_bytes = self.program.rng_state_bytes if self.program is not None else 0
-        # program order, planned outputs known (calibration and eager measurement)
-        offsets = plan.get("offsets") if self.program is not None else None
+        # program order, planned outputs known (calibration and eager measurement), in place
+        # where eager PyTorch ran in place (every write program order allows)
+        from ..capture.check import inplace_in_order
+        self.program_inplace = inplace_in_order(graph)
+        offsets = None
+        if self.program is not None:
+            offsets = {t: 0 for op in graph["ops"] for t in op["outputs"]}
+            offsets.update(plan.get("offsets") or {})
+        wsoff = plan.get("workspace_offsets") if self.program is not None else None
+        if self.program is not None:
+            wsoff = {op["id"]: (wsoff or {}).get(op["id"], [0]) for op in graph["ops"]
+                     if int(op.get("workspace", 0)) > 0}
         self.eager_program = Program.build(gm, graph, captured.op_nodes, None, offsets,
-                                           self.planned_arena_bytes, self.alignment,
-                                           plan.get("workspace_offsets"))
+                                           self.planned_arena_bytes, self.alignment, wsoff,
+                                           inplace=self.program_inplace)
+        # the first step of the plan's order that writes a resident tensor: from there on an
+        # interrupt (Ctrl-C) waits for the end of the step, so a step is done whole or not at
+        # all (every write to a resident tensor follows the loss in the graph)
+        self._first_write = _first_resident_write(graph, captured.op_writes,
+                                                  plan.get("order") if self.program else None)
         self.session = N.Session()
         self.ranks: Dict[str, List[int]] = {}
         # op id -> (size, rank, output index): scratch that may sit in a pending output's slot
@@ -376,16 +462,36 @@ class RoamStep:
             raise RuntimeError(f"roam executor bug: {st['first_violation']}")
         return st
 
+    def _make_state(self, inputs):
+        """The :class:`~roam.capture.state.TrainingState` of the live model and optimizer with
+        ``inputs`` (the step's arguments). Raises CaptureError as ``make_state`` does."""
+        from ..capture.state import make_state
+        if self.step_fn is None:
+            return make_state(self.model, self.optimizer, self.loss_fn, inputs,
+                              n_loss_inputs=self.n_loss_inputs)
+        return make_state(self.model, self.optimizer, None, inputs, step_fn=self.step_fn,
+                          schedulers=self.schedulers)
+
     def _bind(self, inputs) -> Tuple[Optional[List[torch.Tensor]], Optional[List[torch.Tensor]],
                                      Optional[str]]:
         """The live tensors for the captured placeholders, or a reason why they differ."""
-        from ..capture.state import make_state
         from ..capture.errors import CaptureError
         try:
-            st = make_state(self.model, self.optimizer, self.loss_fn, inputs,
-                            n_loss_inputs=self.n_loss_inputs)
+            st = self._make_state(inputs)
         except CaptureError as e:
             return None, None, str(e)
+        if self.step_fn is not None:
+            if len(st.input_constants) != len(self._input_constants):
+                return None, None, ("the step's arguments have another structure than the "
+                                    "captured ones")
+            for k, (a, b) in enumerate(zip(st.input_constants, self._input_constants)):
+                if (a is None) != (b is None) or (not isinstance(a, type(b)) and
+                                                  not isinstance(b, type(a))):
+                    return None, None, f"argument leaf {k} of the step differs in kind"
+                if not isinstance(a, torch.Tensor) and a is not b and a != b:
+                    return None, None, (f"argument leaf {k} of the step is {a!r}, the captured "
+                                        f"step was traced with {b!r} (a Python value is a "
+                                        f"constant of the graph)")
         if (list(st.state_index), [tuple(k) for k in st.state_keys]) != self._state_layout:
             if not st.state_index:
                 return None, None, NO_STATE
@@ -528,8 +634,7 @@ class RoamStep:
                     f"{(before + eager) / mib:.2f} MiB (each with the {before / mib:.2f} MiB "
                     f"resident before the step; {words}); the lower, eager one runs")
             # the eager estimate is above the budget and the planned step fits: plan it
-        st = make_state(self.model, self.optimizer, self.loss_fn, inputs,
-                        n_loss_inputs=self.n_loss_inputs)
+        st = self._make_state(inputs)
         idx, keys = self._state_layout
         group_of = {}
         for gi, members in enumerate(st.group_index):
@@ -564,8 +669,12 @@ class RoamStep:
         self._created_for = []
         self._bind_cache = None  # it may hold the dropped state tensors
 
-    def _eager_step(self, inputs) -> torch.Tensor:
+    def _eager_step(self, inputs):
         from ..capture.state import primary_output
+        if self.step_fn is not None:  # the user's own step, as they would run it
+            out = self.step_fn(*inputs)
+            return pytree.tree_map(
+                lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
         n = len(inputs) - self.n_loss_inputs
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(primary_output(self.model(*inputs[:n])), *inputs[n:])
@@ -619,7 +728,8 @@ class RoamStep:
             finally:
                 s.uninstall()
             st = s.stats()
-            rep = StepReport(step=self._count, loss=float(loss), mode="eager", reason=reason,
+            rep = StepReport(step=self._count, loss=_loss_value(loss), mode="eager",
+                             reason=reason,
                              planned_arena_bytes=self.planned_arena_bytes,
                              resident_bytes=self.resident_bytes
                              - (self._first_step_estimate()[0] if fresh else 0),
@@ -643,13 +753,28 @@ class RoamStep:
             session.debug = bool(self.debug)
         else:
             prog, session = self.program, self.session
+        guard = _InterruptGuard()
         session.install(self.priority)
         try:
-            out = prog.run(flat, session)
+            with guard:
+                out = prog.run(flat, session, defer_interrupts_from=(
+                    self._first_write if prog is self.program else
+                    _first_resident_write(self.graph, self.captured.op_writes, None)),
+                    guard=guard)
         finally:
             session.uninstall()
-        loss = _first_tensor(out).detach().clone()  # out of the arena
+        # out of the arena: the step's outputs are the caller's (the program returns the
+        # graph's flat outputs; the step's own structure is the traced one)
+        spec = getattr(self.captured.traced, "output_spec", None)
+        if spec is not None and isinstance(out, (list, tuple)) and \
+                len(out) == spec.num_leaves:
+            out = pytree.tree_unflatten(list(out), spec)
+        result = pytree.tree_map(
+            lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, out)
+        loss = result if self.step_fn is not None else _first_tensor(result)
         del out, flat, params
+        for j in self.scheduler_calls:  # the LR schedulers' step() calls of the step
+            self.schedulers[j].step()
         st = session.stats()
         planned_run = self.program is not None and self.program_order_reason is None
         escaped = session.arena_live_blocks if planned_run else 0
@@ -667,7 +792,7 @@ class RoamStep:
         if st["debug_violations"]:
             raise RuntimeError(f"roam executor bug: {st['first_violation']}")
         rep = StepReport(
-            step=self._count, loss=float(loss), mode=mode,
+            step=self._count, loss=_loss_value(loss), mode=mode,
             planned_arena_bytes=self.planned_arena_bytes,
             arena_bytes=int(st["arena_bytes"]), arena_used_bytes=int(st["arena_high_water"]),
             fallback_peak_bytes=int(st["fallback_peak"]),
@@ -687,6 +812,7 @@ class RoamStep:
             recomputations=self.recomputations if planned_run else 0,
             budget_bytes=self.budget_bytes)
         self._record(rep)
+        guard.reraise()
         if planned_run and eager_peak is not None and rep.total_peak_bytes > eager_peak:
             self.program_order_reason = (
                 f"step {self._count} measured {rep.total_peak_bytes} B (arena "
@@ -772,8 +898,11 @@ class RoamStep:
         from ..capture.state import make_state
         model = model if model is not None else self.model
         optimizer = optimizer if optimizer is not None else self.optimizer
-        st = make_state(model, optimizer, self.loss_fn, tuple(inputs),
-                        n_loss_inputs=self.n_loss_inputs)
+        if self.step_fn is None:
+            st = make_state(model, optimizer, self.loss_fn, tuple(inputs),
+                            n_loss_inputs=self.n_loss_inputs)
+        else:
+            st = make_state(model, optimizer, None, tuple(inputs), step_fn=self.step_fn)
         flat = [t.detach() for t in _flatten_state(st)]
         saved = self.scalars.optimizer
         try:
@@ -786,7 +915,9 @@ class RoamStep:
         gm = self.scalars.compiled_module()
         args = pytree.tree_unflatten(flat, self._treespec)
         with torch.no_grad():
-            return _first_tensor(gm(*args)).detach().clone()
+            out = pytree.tree_map(lambda t: t.detach().clone()
+                                  if isinstance(t, torch.Tensor) else t, gm(*args))
+        return out if self.step_fn is not None else _first_tensor(out)
 
 
 def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order: str = "roam",
@@ -858,18 +989,29 @@ def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order
             f"beside its arena: planning again with the budget lowered to {b} B")
 
 
-def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
-             example_inputs: Sequence[torch.Tensor], plan: Union[None, str, Dict[str, Any]] = None,
-             order: str = "roam", layout: str = "roam", *, n_loss_inputs: int = 1,
+def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
+             example_inputs=None, plan: Union[None, str, Dict[str, Any]] = None,
+             order: str = "roam", layout: str = "roam", *,
+             model: Optional[torch.nn.Module] = None, schedulers=None,
+             n_loss_inputs: int = 1,
              alignment: int = ALIGNMENT, time_limit_seconds: float = 60.0, threads: int = 1,
              debug: bool = False, measure_eager: str = "once", trust_plan: bool = False,
              workspaces: str = "arena", captured=None,
              progress: Optional[Callable[[str], None]] = None,
              budget: Union[None, int, str] = None, cost: Optional[str] = None) -> RoamStep:
-    """Capture one training step of ``model`` / ``optimizer`` / ``loss_fn`` on
-    ``example_inputs`` (the model's inputs, then the last ``n_loss_inputs`` for
-    ``loss_fn(output, *targets)``), plan it (``order`` / ``layout`` methods of libroam, or the
+    """Capture one training step, plan it (``order`` / ``layout`` methods of libroam, or the
     given ``plan``: a roam-plan dict or file path), and return the :class:`RoamStep`.
+
+    Two forms, as :func:`roam.capture`: ``optimize(model, optimizer, loss_fn,
+    example_inputs)`` (the model's inputs, then the last ``n_loss_inputs`` for ``loss_fn(output,
+    *targets)``; ``step(*inputs)`` returns the loss), or ``optimize(train_step,
+    example_inputs)``, the user's whole step function (forward, losses, ``backward()``,
+    clipping, ``optimizer.step()``, ``scheduler.step()``; the model, optimizer and schedulers
+    are found from what it refers to, or given as ``model=``, ``optimizer=``,
+    ``schedulers=``): ``step(*args)`` then does what ``train_step(*args)`` does and returns what
+    it returns, with the LR schedulers' ``step()`` calls run after the graph. What the capture
+    cannot take (``.item()`` steering the step, data-dependent shapes) raises
+    :class:`roam.capture.CaptureError` here, before the first step.
 
     A given ``plan`` is validated against this capture of the step: its order, offsets,
     recomputations and bytes must match, or it is refused (warned; every step then runs in
@@ -928,13 +1070,15 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
     with preserved_rng_state():
         if captured is None:
             say("capturing the training step")
-            with eager_kernels_while_tracing():
-                captured = roam_capture.capture(model, optimizer, loss_fn,
-                                                tuple(example_inputs),
-                                                n_loss_inputs=n_loss_inputs, cost=cost,
-                                                check_peak=False, progress=progress)
+            if isinstance(model_or_step, torch.nn.Module):
+                example_inputs = tuple(example_inputs)
+            captured = roam_capture.capture(model_or_step, optimizer, loss_fn,
+                                            example_inputs, model=model,
+                                            schedulers=schedulers,
+                                            n_loss_inputs=n_loss_inputs, cost=cost,
+                                            check_peak=False, progress=progress)
         graph = copy.deepcopy(captured.graph)
-        add_rng_order_edges(graph)
+        add_rng_order_edges(graph)  # the capture added them: a graph of another tool may not
         planned_here = plan is None
         if plan is None:
             # planned with the workspaces the executor can serve wherever the layout puts
@@ -950,7 +1094,8 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: 
         elif isinstance(plan, str):
             plan = load_plan(plan)
         say("calibrating (one step in program order and one planned step, on copies)")
-        step = RoamStep(model, optimizer, loss_fn, captured, graph, plan,
+        st = captured.state
+        step = RoamStep(st.model, st.optimizer, st.loss_fn, captured, graph, plan,
                         n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
                         trust_plan=trust_plan, workspaces=workspaces,
                         budget_bytes=budget_bytes if planned_here else None)

@@ -4,7 +4,6 @@ workspaces the executor can serve, ``after`` edges that keep random operators in
 and budget sizes. Bytes are bytes; seconds are wall-clock seconds.
 """
 
-import contextlib
 import gzip
 import json
 import warnings
@@ -16,33 +15,7 @@ from .native import native
 
 ALIGNMENT = 64
 
-@contextlib.contextmanager
-def eager_kernels_while_tracing():
-    """While active, make_fx records an operator that has a CPU kernel as itself instead of
-    decomposing it.
-
-    torch 1.13's make_fx (``proxy_call``) decomposes every operator that has a
-    CompositeImplicitAutograd kernel, even where eager PyTorch runs a dedicated CPU kernel:
-    ``silu_backward`` and ``mish_backward`` become 6-7 elementwise ops that round differently,
-    so the captured step's gradients differ from eager autograd in the last bits (and Adam
-    turns near-zero gradients of that kind into visibly different parameters:
-    efficientnet_b0's BatchNorm biases). Operators without a CPU kernel (``linear``,
-    ``dropout``, ...) still decompose, as they do in eager mode.
-    """
-    OpOverload = torch._ops.OpOverload
-    original = OpOverload.decompose
-    cpu = torch._C.DispatchKey.CPU
-
-    def decompose(self, *args, **kwargs):
-        if torch._C._dispatch_has_kernel_for_dispatch_key(self.name(), cpu):
-            return NotImplemented
-        return original(self, *args, **kwargs)
-
-    OpOverload.decompose = decompose
-    try:
-        yield
-    finally:
-        OpOverload.decompose = original
+from ..capture.trace import eager_kernels_while_tracing  # noqa: E402,F401  (re-exported)
 
 
 def servable_workspaces(graph: Dict[str, Any]) -> int:

@@ -416,12 +416,15 @@ class Program:
         return held_rng_state_bytes(sum(1 for st in self.steps if st.rng == "save"))
 
     # ---------------------------------------------------------------- run
-    def run(self, flat_args: Sequence[torch.Tensor], session=None, observe=None):
+    def run(self, flat_args: Sequence[torch.Tensor], session=None, observe=None,
+            defer_interrupts_from: Optional[int] = None, guard=None):
         """Run the step on ``flat_args`` (one tensor per placeholder, updated in place) under
         ``torch.no_grad()``; with ``session`` (installed by the caller) announce each op's
         planned allocations and check where its outputs landed; ``observe(k, ptrs)`` (needs a
         session) gets the storage addresses of the planned outputs of step ``k``. Returns the
-        graph's output structure (e.g. the loss)."""
+        graph's output structure (e.g. the loss). ``guard`` (an object with ``armed``) is
+        armed before step ``defer_interrupts_from``: from there an interrupt waits for the end
+        of the step (:class:`roam.executor.api._InterruptGuard`)."""
         if len(flat_args) != len(self.placeholders):
             raise PlanMismatch(f"{len(flat_args)} arguments for {len(self.placeholders)} "
                                f"placeholders")
@@ -438,7 +441,10 @@ class Program:
         chain = session is not None and observe is None and hasattr(session, "end_begin_op")
         begun = -1  # the step whose begin_op went with the previous end_op
         with torch.no_grad():
+            arm = defer_interrupts_from if guard is not None else None
             for k, st in enumerate(self.steps):
+                if k == arm:
+                    guard.armed = True
                 node = st.node
                 if node.args is not st.src_args or node.kwargs is not st.src_kwargs:
                     self._recompile(st)
