@@ -33,13 +33,13 @@ def test_alexnet_small_sizes_and_aliases(alexnet_small_capture):
 
 def test_alexnet_small_numerics(alexnet_small_capture):
     state = alexnet_small_capture.state
-    loss_ref, model_ref, opt_ref = state.eager_reference_step()
+    loss_ref, (params_ref, _, _) = state.eager_reference_step()
     inputs = state.step_inputs()
     loss = inputs.run(alexnet_small_capture.traced.gm)  # dropout: same seed, same masks
     assert loss.item() > 0
-    assert torch.allclose(loss, loss_ref, rtol=1e-6, atol=0)
-    for p, q in zip(inputs.params, model_ref.parameters()):
-        assert torch.allclose(p, q.detach(), rtol=1e-6, atol=1e-12)
+    assert torch.equal(loss, loss_ref)
+    for p, q in zip(inputs.params, params_ref):
+        assert torch.equal(p, q.detach())
 
 
 def test_alexnet_small_phases(alexnet_small_capture):
@@ -48,7 +48,7 @@ def test_alexnet_small_phases(alexnet_small_capture):
     n = {p: phases.count(p) for p in ("forward", "backward", "update")}
     assert phases == ["forward"] * n["forward"] + ["backward"] * n["backward"] + \
         ["update"] * n["update"]
-    assert n["update"] == 9 * 16  # single-tensor Adam, 16 parameters
+    assert n["update"] == 8 * 16  # single-tensor Adam (torch 2.x: exp_avg.lerp_), 16 params
     assert sum(op["target"] == "aten.convolution.default" for op in g["ops"]) == 5
     assert sum(op["target"] == "aten.convolution_backward.default" for op in g["ops"]) == 5
 

@@ -45,40 +45,57 @@ def test_resident_tensors_and_bytes(tiny_capture):
 
 def test_traced_step_equals_eager_adam_step(tiny_capture):
     state = tiny_capture.state
-    loss_ref, model_ref, opt_ref = state.eager_reference_step()
+    loss_ref, (params_ref, buffers_ref, state_ref) = state.eager_reference_step()
     inputs = state.step_inputs()
     loss = inputs.run(tiny_capture.traced.gm)
     assert loss.item() > 0.1
     assert torch.equal(loss, loss_ref)
     assert torch.equal(tiny_capture.loss, loss_ref)
-    for p, q in zip(inputs.params, model_ref.parameters()):
+    for p, q in zip(inputs.params, params_ref):
         assert torch.equal(p.detach(), q.detach())
-    before = list(state.model.parameters())
+    before = list(state.params)
     assert not all(torch.equal(p.detach(), q.detach()) for p, q in zip(inputs.params, before))
-    for b, q in zip(inputs.buffers, model_ref.buffers()):
+    # running statistics and num_batches_tracked: written back at the end, as eager wrote them
+    for b, q in zip(inputs.buffers, buffers_ref):
         assert torch.equal(b, q)
-    plist = list(model_ref.parameters())
+    assert not torch.equal(inputs.buffers[0], state.buffers[0])
     for k, i in enumerate(state.state_index):
-        st = opt_ref.state[plist[i]]
+        st = state_ref[i]
         ea, eas, step = inputs.optimizer_state[k]
         assert torch.equal(ea, st["exp_avg"]) and torch.equal(eas, st["exp_avg_sq"])
         assert step.item() == st["step"].item() == 2.0
 
 
-def test_native_batch_norm_tuple_outputs(tiny_capture):
+def test_functional_batch_norm_and_its_write_backs(tiny_capture):
+    """Training BatchNorm is functional: it returns the new running statistics (5 results),
+    writes nothing and is recomputable; the statistics are written back by copy_ ops at the
+    end of the step, after the loss; the backward reads save_mean / save_invstd only."""
     g = tiny_capture.graph
     by_id = {t["id"]: t for t in g["tensors"]}
-    (bn,) = _ops(g, "aten.native_batch_norm.default")
-    assert len(bn["outputs"]) == 3
+    (bn,) = _ops(g, "aten._native_batch_norm_legit_functional.default")
+    assert bn["recomputable"] and not bn.get("inplace")
     sizes = [by_id[o]["size"] for o in bn["outputs"]]
-    assert sizes == [2 * 4 * 6 * 6 * 4, 4 * 4, 4 * 4]  # output, save_mean, save_invstd
+    # output, save_mean, save_invstd, new running_mean, new running_var
+    assert sizes == [2 * 4 * 6 * 6 * 4, 4 * 4, 4 * 4, 4 * 4, 4 * 4]
     assert all("alias_of" not in by_id[o] for o in bn["outputs"])
-    assert len(set(bn["outputs"])) == 3
-    # no getitem op exists
+    assert [by_id[i].get("name") for i in bn["inputs"]][1:] == [
+        "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"]
     assert not any("getitem" in op["target"] for op in g["ops"])
-    # the backward uses save_mean / save_invstd as separate tensors
     (bnb,) = _ops(g, "aten.native_batch_norm_backward.default")
     assert bn["outputs"][1] in bnb["inputs"] and bn["outputs"][2] in bnb["inputs"]
+    assert not {bn["outputs"][3], bn["outputs"][4]} & set(bnb["inputs"])
+    assert not any(by_id[i].get("role") == "buffer" for i in bnb["inputs"])
+    # the write-backs: the last three ops, after the loss op
+    (nll,) = _ops(g, "aten.nll_loss_forward.default")
+    wb = g["ops"][-3:]
+    assert [op["target"] for op in wb] == ["aten.copy_.default"] * 3
+    assert [(by_id[op["inputs"][0]]["name"], op["inputs"][1]) for op in wb[:2]] == [
+        ("bn.running_mean", bn["outputs"][3]), ("bn.running_var", bn["outputs"][4])]
+    assert by_id[wb[2]["inputs"][0]]["name"] == "bn.num_batches_tracked"
+    assert all(nll["id"] in op["after"] and op["phase"] == "update" for op in wb)
+    assert all(by_id[op["outputs"][0]]["alias_of"] == op["inputs"][0] for op in wb)
+    # (4 + 4 floats + one int64) held from the forward to the end: the deferred bytes
+    assert g["meta"]["capture"]["functional"]["deferred_writeback_bytes"] == 3 * 64
     # convolution_backward of the first conv: grad_input is None (data needs no grad)
     (cb,) = _ops(g, "aten.convolution_backward.default")
     assert [by_id[o]["shape"] for o in cb["outputs"]] == [[4, 3, 3, 3], [4]]
@@ -88,11 +105,19 @@ def test_native_batch_norm_tuple_outputs(tiny_capture):
         ("float32", 2 * 4 * 3 * 3 * 4), ("int64", 2 * 4 * 3 * 3 * 8)]
 
 
-def test_running_stats_write_detected(tiny_capture):
+def test_inplace_relu_is_a_permission(tiny_capture):
+    """nn.ReLU(inplace=True) ran relu_ on BatchNorm's output: the graph has a functional relu
+    (a new storage) with the permission [[0, 0]], and program order uses it (the eager peak)."""
+    from roam.capture import inplace_in_order
     g = tiny_capture.graph
-    notes = " ".join(g["meta"]["capture"]["notes"])
-    assert "aten.native_batch_norm.default:running_mean x1" in notes
-    assert "aten.native_batch_norm.default:running_var x1" in notes
+    (relu,) = _ops(g, "aten.relu.default")
+    (bn,) = _ops(g, "aten._native_batch_norm_legit_functional.default")
+    assert relu["inplace"] == [[0, 0]] and relu["inputs"] == [bn["outputs"][0]]
+    assert relu["recomputable"]
+    assert inplace_in_order(g)[relu["outputs"][0]] == bn["outputs"][0]
+    # Adam's denom.add_(eps) on the intermediate denominator: a permission too
+    adds = [op for op in _ops(g, "aten.add.Tensor") if op["phase"] == "update"]
+    assert len(adds) == 6 and all(op["inplace"] == [[0, 0]] for op in adds)
 
 
 def test_phases_in_order_and_counts(tiny_capture):
@@ -104,19 +129,25 @@ def test_phases_in_order_and_counts(tiny_capture):
     fwd = [op["target"] for op in g["ops"][:n_f]]
     assert fwd[0] == "aten.convolution.default"
     assert fwd[-1] == "aten.nll_loss_forward.default"
-    # backward starts with autograd's seed gradient of the loss
+    # backward starts with the seed gradient of the loss
     assert g["ops"][n_f]["target"] == "aten.ones_like.default"
-    # single-tensor Adam: 9 ops per parameter (step += 1, 2 x exp_avg, 2 x exp_avg_sq,
-    # sqrt, div, add_ eps, addcdiv_), in the order of the parameters
+    # single-tensor Adam: 8 ops per parameter (step += 1, exp_avg.lerp_, exp_avg_sq.mul_ and
+    # addcmul_, sqrt, div, add eps (functional: an inplace permission), param.addcdiv_), in the
+    # order of the parameters; then the write-backs of the BatchNorm buffers
     upd = [op["target"] for op in g["ops"][n_f + n_b:]]
-    per_param = ["aten.add_.Tensor", "aten.mul_.Tensor", "aten.add_.Tensor",
-                 "aten.mul_.Tensor", "aten.addcmul_.default", "aten.sqrt.default",
-                 "aten.div.Tensor", "aten.add_.Tensor", "aten.addcdiv_.default"]
-    assert upd == per_param * 6
+    per_param = ["aten.add_.Tensor", "aten.lerp_.Scalar", "aten.mul_.Tensor",
+                 "aten.addcmul_.default", "aten.sqrt.default", "aten.div.Tensor",
+                 "aten.add.Tensor", "aten.addcdiv_.default"]
+    assert upd == per_param * 6 + ["aten.copy_.default"] * 3
     by_id = {t["id"]: t for t in g["tensors"]}
     written = [by_id[op["inputs"][0]]["name"] for op in g["ops"]
                if op["target"] == "aten.addcdiv_.default"]
     assert written == ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"]
+    # every op writing a resident tensor runs after the loss (after edge or data path)
+    (nll,) = _ops(g, "aten.nll_loss_forward.default")
+    for op in g["ops"][n_f + n_b:]:
+        if op["target"] in ("aten.add_.Tensor", "aten.mul_.Tensor", "aten.copy_.default"):
+            assert nll["id"] in op["after"], op
 
 
 def test_loss_is_graph_output(tiny_capture):

@@ -136,10 +136,12 @@ def test_buffers_and_their_in_place_updates(real_and_fake):
         n_bn = 2 if family == "conv_bn" else 6
         assert len(buffers) == 3 * n_bn // 2
         for name in buffers.values():
-            if name.endswith("num_batches_tracked"):
-                assert written[name] == ["aten.add_.Tensor"]
-            else:  # running_mean / running_var: written by native_batch_norm (not annotated)
-                assert written[name] == ["aten.native_batch_norm.default"]
+            # functional BatchNorm: each buffer is written once, by its write-back at the
+            # end of the step (phase update), of the value computed in the forward
+            assert written[name] == ["aten.copy_.default"]
+        for op in g["ops"]:
+            if op["target"] == "aten._native_batch_norm_legit_functional.default":
+                assert not res.op_writes[op["id"]] and op["recomputable"]
 
 
 def _conv_column_bound(graph):
@@ -162,29 +164,33 @@ def test_eager_peak_equals_resident_plus_tp(family):
     use, as eager PyTorch does), allocates above the resident tensors exactly Tp(program
     order) bytes at its peak -- plus operator workspaces, which the graph cannot contain.
 
-    Tolerance: never below Tp (a graph that invents storage, e.g. a missed alias, measures
-    below); above Tp by at most the largest convolution column buffer (the CPU convolution
-    kernels allocate an im2col buffer of batch x C_in/groups x k_h x k_w x H_out x W_out floats
-    inside the op; measured here: +3088 B for conv_bn, +576 B for depthwise_se). The attention
-    model (linear, bmm, softmax, layer norm, dropout, embedding) allocates no workspace: the
-    tolerance is 0 bytes."""
+    Tolerance: never below Tp less the bytes the graph holds by design beyond eager (the new
+    BatchNorm statistics, written back at the end of the step); above Tp by at most the
+    largest workspace (convolutions allocate scratch inside the op: im2col columns, oneDNN
+    reorders of the convolution backward; 28,544 B measured for conv_bn's on torch 2.14)."""
     res = _capture(family, False, cost="none")
     g = res.graph
     tp = program_order_peak(g)
     resident = summary(g)["resident_bytes"]
     assert tp > 0 and resident > 0
-    measured, end = measure_eager_peak(res.traced, res.state.step_inputs())
+    # pass 1's trace: what eager PyTorch runs (in place where it ran in place)
+    measured, end = measure_eager_peak(res.trace, res.state.step_inputs())
+    # the new BatchNorm statistics are written back after the forward, not during it
+    deferred = g["meta"]["capture"]["functional"].get("deferred_writeback_bytes", 0)
     # Without the measured workspaces the graph holds exactly the storages: the eager peak is
     # Tp plus at most the largest column buffer.
     plain = dict(g, ops=[{k: v for k, v in op.items() if k != "workspace"} for op in g["ops"]])
     tp_plain = program_order_peak(plain)
-    slack = _conv_column_bound(g)
+    # torch 2.x's CPU convolution backward allocates scratch beyond the im2col columns
+    # (oneDNN reorders): the slack is the larger of the column bound and the largest
+    # workspace the capture measured
+    slack = max(_conv_column_bound(g), max([op.get("workspace", 0) for op in g["ops"]]))
     if family == "attention_causal_ln":
-        assert slack == 0
+        assert _conv_column_bound(g) == 0
     if family == "lifted_constant":
         # addmm copies its strided input (24 B) inside the op: a workspace, measured below
         slack = 24
-    assert tp_plain <= measured <= tp_plain + slack, (measured, tp_plain, slack)
+    assert tp_plain - deferred <= measured <= tp_plain + slack, (measured, tp_plain, slack)
     # With them (the capture's own check, allocations counted at 64 bytes): within 4 KiB above
     # and 2 % below Tp.
     check_eager_peak(g, res.eager_peak, with_workspaces=True)

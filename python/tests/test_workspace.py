@@ -153,7 +153,7 @@ def test_lstm_parameters_are_step_inputs():
     assert not [t for t in g.tensors if t.get("role") == "constant" and t["size"] > 64]
     params = [t["name"] for t in g.tensors if t.get("role") == "param"]
     assert "lstm.weight_ih_l0" in params and "lstm.weight_hh_l0" in params
-    loss, _, _ = g.state.eager_reference_step()
+    loss, _ = g.state.eager_reference_step()
     assert torch.allclose(g.loss, loss, rtol=1e-6, atol=0)
 
 
@@ -177,7 +177,7 @@ def test_model_returning_a_dict_passes_it_to_the_loss():
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     x, y = torch.randn(2, 8), torch.tensor([1, 2])
     g = rc.capture(m, opt, dict_loss, (x, y), cost="none", check_peak=native_available())
-    loss, _, _ = g.state.eager_reference_step()  # the ordinary loop from the same state
+    loss, _ = g.state.eager_reference_step()  # the ordinary loop from the same state
     assert float(g.loss) == pytest.approx(float(loss), rel=1e-6)
     names = {t["name"] for t in g.tensors if t.get("role") == "param"}
     assert names == {"a.weight", "a.bias", "b.weight", "b.bias"}

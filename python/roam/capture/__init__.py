@@ -33,7 +33,8 @@ import types as _types
 
 from .api import (COST_KINDS, CaptureResult, Graph, _capture_checks, capture, capture_model,
                   capture_step, check_eager_peak)
-from .check import check_graph, program_order_peak, resident_bytes, summary
+from .check import (check_graph, inplace_in_order, program_order_peak, resident_bytes, summary,
+                    with_inplace)
 from .cost import DEFAULT_COST_MODEL, CostModel
 from .errors import CaptureError, GraphCheckError, UnknownModelError
 from .export import GraphBuilder, add_order_edges, dtype_name, measure_costs, resolve_root

@@ -291,12 +291,7 @@ def _rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
                 n.replace_all_uses_with(dst)
                 graph.erase_node(n)
             else:
-                writebacks += 1
-                prod = v if isinstance(v, torch.fx.Node) else None
-                while prod is not None and prod.target is operator.getitem:
-                    prod = prod.args[0]
-                if prod is not None and MODULE_KEY in prod.meta:
-                    n.meta[MODULE_KEY] = prod.meta[MODULE_KEY]
+                writebacks += 1  # in no module's forward, as the optimizer's update
     dead = _drop_dead_views(graph)
     _check_no_stale_reads(graph, placeholders, base)
     return {"permissions": permissions, "restored": restored, "writebacks": writebacks,

@@ -366,6 +366,7 @@ def trace_training_step(state: TrainingState, seed: int = 0,
                                f"data-dependent shape): capture in real mode") from e
 
     refuse_data_dependent_shapes(gm)
+    remove_profiler_nodes(gm)
     removed = remove_detach_nodes(gm)
     dropouts = functional_dropout_masks(gm)
     norms = batch_norm_writes(gm)
@@ -403,20 +404,59 @@ def refuse_closure_optimizer(optimizer) -> None:
 
 # ---------------------------------------------------------------- passes on the trace
 
+# Operators whose output shape depends on tensor values (PyTorch tags them, and index and
+# index_put too, ``dynamic_output_shape``; those two only for boolean masks).
+VALUE_SHAPED = frozenset({"aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2",
+                          "aten::unique_dim", "aten::unique_consecutive",
+                          "aten::unique_dim_consecutive", "aten::masked_select",
+                          "aten::repeat_interleave", "aten::bincount",
+                          "aten::_ragged_idx", "aten::argwhere"})
+MASK_INDEXED = frozenset({"aten::index", "aten::index_put", "aten::_index_put_impl"})
+
+
 def refuse_data_dependent_shapes(gm: torch.fx.GraphModule) -> None:
     """Raise CaptureError for an operator whose output shape depends on tensor values
-    (PyTorch tags them ``dynamic_output_shape`` / ``data_dependent_output``: ``nonzero``,
-    ``unique``, ``masked_select``, ...): the graph records this batch's shapes, and another
-    batch would need another plan."""
-    tags = {getattr(torch.Tag, n) for n in ("dynamic_output_shape", "data_dependent_output")
-            if hasattr(torch.Tag, n)}
+    (:data:`VALUE_SHAPED`: ``nonzero``, ``unique``, ``masked_select``, ...; indexing with a
+    boolean mask): the graph records this batch's shapes, and another batch would need
+    another plan. ``repeat_interleave`` with a given ``output_size`` is not refused."""
+    def val(a):
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
     for n in gm.graph.nodes:
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            if tags & set(getattr(n.target, "tags", ()) or ()):
-                raise CaptureError(
-                    f"{n.target} (phase {n.meta.get(PHASE_KEY, 'other')}) has an output shape "
-                    f"that depends on tensor values: a captured graph fixes every shape, so "
-                    f"this step cannot be planned once for every batch")
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        name = n.target._schema.name
+        bad = name in VALUE_SHAPED and not (name == "aten::repeat_interleave"
+                                            and n.kwargs.get("output_size") is not None)
+        if name in MASK_INDEXED and len(n.args) > 1 and isinstance(n.args[1], (list, tuple)):
+            bad = any(isinstance(v, torch.Tensor) and v.dtype in (torch.bool, torch.uint8)
+                      for v in (val(a) for a in n.args[1]))
+        if bad:
+            raise CaptureError(
+                f"{n.target} (phase {n.meta.get(PHASE_KEY, 'other')}) has an output shape "
+                f"that depends on tensor values: a captured graph fixes every shape, so "
+                f"this step cannot be planned once for every batch")
+
+
+def remove_profiler_nodes(gm: torch.fx.GraphModule) -> int:
+    """Remove the profiler's ``record_function`` calls (``profiler._record_function_enter_new``
+    and its exit, which ``torch.optim``'s ``zero_grad()`` and user code emit): they are not
+    tensor operations. Returns how many nodes were removed."""
+    n = 0
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op == "call_function" and str(node.target).startswith("profiler."):
+            for u in list(node.users):
+                if u.op == "call_function" and str(u.target).startswith("profiler."):
+                    continue
+                raise CaptureError(f"{u.format_node()} reads a profiler record")
+            if not node.users:
+                gm.graph.erase_node(node)
+                n += 1
+    if any(node.op == "call_function" and str(node.target).startswith("profiler.")
+           for node in gm.graph.nodes):
+        raise CaptureError("profiler records left in the trace")
+    if n:
+        gm.recompile()
+    return n
 
 
 def remove_detach_nodes(gm: torch.fx.GraphModule) -> int:
