@@ -73,7 +73,7 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
+def live_at_peak(graph: dict, order, alignment: int = 64, inplace=None) -> dict:
     """What is live at the first step of the largest live bytes when ``graph`` (roam-graph v1
     dict) runs in ``order`` (op ids; an op listed again is a recomputation, plan version 2):
     ``{"index", "op", "target", "module", "live_bytes", "storages": [{"name", "bytes",
@@ -81,7 +81,12 @@ def live_at_peak(graph: dict, order, alignment: int = 64) -> dict:
     (ties in order of creation, workspaces after tensors). A recomputed instance is named ``id#k`` (k: the appearance of its op), an op's
     workspace "workspace of op 'ID'" (live at that op's step only). Sizes are rounded up to
     ``alignment`` for ``live_bytes`` (= Tp(order)) and listed as in the file. Recounted from the
-    liveness rules of docs/GRAPH_FORMAT.md (versions 1 and 2), independently of libroam."""
+    liveness rules of docs/GRAPH_FORMAT.md (versions 1 and 2), independently of libroam.
+    ``inplace`` (the plan field: output id -> input id): each such output is bound to its
+    input's instance at every appearance, as an alias is."""
+    if inplace:
+        from .capture.check import with_inplace
+        graph = with_inplace(graph, inplace)
     tensors = {t["id"]: t for t in graph["tensors"]}
     ops = {op["id"]: op for op in graph["ops"]}
     if set(order) != set(ops):

@@ -253,8 +253,8 @@ def _dropout_twice(x):
 def test_functional_dropout_masks_draw_the_same_bits(shape, permute):
     """The rewritten graph gives the bits of the traced one (same seed) and leaves the
     generator where the traced one leaves it. torch 2.x draws a mask into empty_like of the
-    input (its layout): the mask of the contiguous one of x, x.t() is rewritten, the other
-    keeps its traced form (a contiguous draw would put the bits elsewhere)."""
+    input (its layout); bernoulli_ fills it in memory order: the mask of the transposed one of
+    x, x.t() is drawn contiguously in that order and viewed in the input's layout."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from roam.capture.trace import functional_dropout_masks
     x = torch.randn(*shape)
@@ -267,11 +267,11 @@ def test_functional_dropout_masks_draw_the_same_bits(shape, permute):
     for rewrite in (False, True):
         g = make_fx(_dropout_twice)(x)
         if rewrite:
-            assert functional_dropout_masks(g) == 1
+            assert functional_dropout_masks(g) == 2
             targets = [n.target for n in g.graph.nodes]
-            assert targets.count(aten.bernoulli_.float) == 1
-            assert targets.count(aten.empty_like.default) == 1
-            assert targets.count(aten.bernoulli.p) == 1
+            assert aten.bernoulli_.float not in targets and aten.empty_like.default not in targets
+            assert targets.count(aten.bernoulli.p) == 2
+            assert targets.count(aten.permute.default) == 1  # the transposed input's mask
         torch.manual_seed(11)
         y = g(x)
         results.append((y, torch.rand(3)))
@@ -281,10 +281,10 @@ def test_functional_dropout_masks_draw_the_same_bits(shape, permute):
 
 
 def test_functional_dropout_masks_leave_other_patterns_alone():
-    """A mask whose ``empty_like`` keeps a non-contiguous layout, a mask read before its
-    ``div_`` (the bits or the values read could differ), or one multiplied in place (the
-    program order's peak would rise): not rewritten. (A ``bernoulli_``
-    with a generator of its own is skipped too, but make_fx cannot trace a Generator.)"""
+    """A mask read before its ``div_`` (the values read could differ) is not rewritten; a mask
+    in a transposed layout and one multiplied in place (nn.Dropout(inplace=True): the mask is
+    held once either way) are, with the same bits. (A ``bernoulli_`` with a generator of its
+    own is skipped too, but make_fx cannot trace a Generator.)"""
     from torch.fx.experimental.proxy_tensor import make_fx
     from roam.capture.trace import functional_dropout_masks
     x = torch.randn(6, 4).t()
@@ -300,9 +300,14 @@ def test_functional_dropout_masks_leave_other_patterns_alone():
     def in_place(x):  # nn.Dropout(inplace=True)
         return F.dropout(x.clone(), 0.5, True, inplace=True)
 
-    for f in (preserve, read_early, in_place):
+    for f, n in ((preserve, 1), (read_early, 0), (in_place, 1)):
         g = make_fx(f)(x)
-        assert functional_dropout_masks(g) == 0, f.__name__
+        ref = make_fx(f)(x)
+        assert functional_dropout_masks(g) == n, f.__name__
+        torch.manual_seed(3)
+        a = g(x)
+        torch.manual_seed(3)
+        assert torch.equal(a, ref(x)), f.__name__
 
 
 def test_fake_and_real_captures_agree_on_both_fields():

@@ -208,6 +208,19 @@ PEAK_HIGH = 1.25
 PEAK_SLACK_BYTES = 1 << 20
 
 
+def _with_peak_workspaces(graph: Dict[str, Any]) -> Dict[str, Any]:
+    """``graph`` with each op's workspace the measured peak minus its outputs (meta
+    ``capture.workspace.peak_minus_outputs``) where the graph carries a larger servable block:
+    the figure with which Tp(program order) is the measured eager peak."""
+    lower = graph.get("meta", {}).get("capture", {}).get("workspace", {}).get(
+        "peak_minus_outputs") or {}
+    if not lower:
+        return graph
+    ops = [dict(op, workspace=int(lower[op["id"]])) if op["id"] in lower else op
+           for op in graph["ops"]]
+    return dict(graph, ops=ops)
+
+
 def deferred_writeback_bytes(graph: Dict[str, Any], writebacks: Sequence[str],
                              alignment: int = 64) -> int:
     """Bytes of the values that write-backs at the end of the step hold (each rounded up to
@@ -371,21 +384,30 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
             say("measuring the eager peak (pass 1's trace: what eager PyTorch runs)")
             ws_peak = wsmod.measure_peak(trace.gm, lambda: state.step_inputs().as_args(),
                                          seed=seed)
+            # the graph carries what the executor needs wherever a layout puts the block (the
+            # servable figure); the peak-minus-outputs figure where it is lower is kept in
+            # meta for the eager-peak check: roam plan and roam.optimize plan the same graph
+            lower = {}
             for op in built.ops:
-                if ws.get(op["id"], 0) > 0:
-                    op["workspace"] = int(ws[op["id"]])
+                w = int(ws.get(op["id"], 0))
+                v = max(w, int(servable.get(op["id"], 0)))
+                if v > 0:
+                    op["workspace"] = v
+                if v > w:
+                    lower[op["id"]] = w
             ws_meta = {"mode": "measured", "ops": len(ws),
                        "threads": torch.get_num_threads(),
-                       "rule": "roam.capture.workspace.measure_workspaces: per op, the most "
+                       "rule": "roam.capture.workspace.measure_workspaces and "
+                               "servable_workspaces: per op, the block its scratch needs "
+                               "when its output slots are not next to it: at least the most "
                                "bytes allocated during the op and live at once (64 bytes per "
-                               "allocation) minus its output storages; CPU allocator events of "
-                               "one run on this machine",
-                       "servable": servable,
-                       "servable_rule": "roam.capture.workspace.servable_workspaces: the "
-                                        "block the op needs when its output slots are not "
-                                        "next to it (scratch freed before an output sits in "
-                                        "that output's slot only where all of it fits); "
-                                        "only ops where it is above workspace"}
+                               "allocation) minus its output storages, more where scratch "
+                               "freed before an output fits in no single output slot; CPU "
+                               "allocator events of one run on this machine",
+                       "peak_minus_outputs": lower,
+                       "peak_minus_outputs_rule": "for the ops listed, the op's peak minus "
+                                                  "its outputs (below workspace): what the "
+                                                  "eager peak check counts"}
         else:
             ws_meta = {"mode": "none", "why": "roam._native is not built: workspaces not "
                                               "measured"}
@@ -459,14 +481,15 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
         if eager_peak is None:
             from .peak import measure_eager_peak
             eager_peak, _ = measure_eager_peak(trace, state.step_inputs(), seed=seed)
-        tp_shown = (program_order_peak(graph, alignment=64) if ws_peak is not None
+        checked = _with_peak_workspaces(graph)
+        tp_shown = (program_order_peak(checked, alignment=64) if ws_peak is not None
                     else s["tp_program_order_bytes"])
         say(f"measured eager peak {eager_peak} B above resident; Tp(program order) "
             f"{tp_shown} B" + (" (64-byte allocations, workspaces included)"
                                if ws_peak is not None else ""))
         deferred = deferred_writeback_bytes(graph, built.writebacks)
         full_meta["capture"]["functional"]["deferred_writeback_bytes"] = deferred
-        check_eager_peak(graph, eager_peak, with_workspaces=ws_peak is not None,
+        check_eager_peak(checked, eager_peak, with_workspaces=ws_peak is not None,
                          deferred_bytes=deferred)
     full_meta["resident_bytes"] = s["resident_bytes"]
     full_meta["tp_program_order_bytes"] = s["tp_program_order_bytes"]

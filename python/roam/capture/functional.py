@@ -77,6 +77,20 @@ def runs_unfunctionalized(target) -> bool:
         target._schema.name.startswith("aten::_fused_") and bool(_mutated_args(target._schema))
 
 
+def _random_write_in_layout(n: torch.fx.Node) -> bool:
+    """A random operator writing in place a tensor that is not contiguous
+    (``bernoulli_``, ``uniform_`` on a transposed tensor): it draws in memory order, its
+    functional variant into a contiguous tensor, so functionalizing it would change the bits.
+    (Dropout masks are rewritten before, :func:`roam.capture.trace.functional_dropout_masks`.)"""
+    t = n.target
+    if not isinstance(t, torch._ops.OpOverload) or not _mutated_args(t._schema):
+        return False
+    if torch.Tag.nondeterministic_seeded not in (getattr(t, "tags", ()) or ()):
+        return False
+    val = n.args[0].meta.get("val") if n.args and isinstance(n.args[0], torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and not val.is_contiguous()
+
+
 def _call_unfunctionalized(target, args, kwargs):
     """Call ``target`` on the values under functionalization's wrappers, with the
     Functionalize dispatch key excluded: make_fx records it as it is (in place), and the
@@ -107,7 +121,8 @@ class _Sourced(torch.fx.Interpreter):
     def run_node(self, n):
         self.current[0] = n
         try:
-            if n.op == "call_function" and runs_unfunctionalized(n.target):
+            if n.op == "call_function" and (runs_unfunctionalized(n.target)
+                                            or _random_write_in_layout(n)):
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
                 return _call_unfunctionalized(n.target, args, kwargs)
             if n.op == "call_function" and needs_grad_mode(n.target):

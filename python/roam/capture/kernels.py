@@ -39,3 +39,13 @@ def grad_mode_wrapper(fn):
     def call(*args, **kwargs):
         return call_with_grad_mode(fn, args, kwargs)
     return call
+
+
+def call_graph(gm, *args):
+    """Run a captured GraphModule as a whole (its generated code) on ``args``: tensors
+    detached, grad mode on, so that :data:`GRAD_MODE_OPS` run as eager PyTorch runs them and
+    autograd records nothing (no argument requires grad). The tensors are updated in place
+    (the detached tensors share their storages)."""
+    args = pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, args)
+    with torch.enable_grad():
+        return gm(*args)

@@ -13,6 +13,7 @@ from typing import Tuple
 
 import torch
 
+from .kernels import call_graph
 from .state import StepInputs
 from .trace import TracedStep
 
@@ -29,8 +30,7 @@ def measure_eager_peak(traced: TracedStep, inputs: StepInputs, seed: int = 0) ->
     torch.manual_seed(seed)
     acts = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=acts, profile_memory=True) as prof:
-        with torch.no_grad():
-            out = traced.gm(*inputs.as_args())
+        out = call_graph(traced.gm, *inputs.as_args())
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     events.sort(key=lambda e: e.start_ns())
     cur = peak = 0

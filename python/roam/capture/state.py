@@ -146,12 +146,13 @@ class StepInputs:
         return self.inputs[-1]
 
     def run(self, gm: torch.fx.GraphModule, seed: int = 0):
-        """Run the traced step ``gm`` on these tensors (updated in place) under
-        ``torch.no_grad()`` (the graph holds the backward ops) after
-        ``torch.manual_seed(seed)``; returns the step's outputs (the loss)."""
+        """Run the traced step ``gm`` on these tensors (updated in place; detached, so that
+        autograd records nothing: the graph holds the backward ops,
+        :func:`roam.capture.kernels.call_graph`) after ``torch.manual_seed(seed)``; returns
+        the step's outputs (the loss)."""
+        from .kernels import call_graph
         torch.manual_seed(seed)
-        with torch.no_grad():
-            return gm(*self.as_args())
+        return call_graph(gm, *self.as_args())
 
     def as_args(self):
         """The positional arguments of the traced step function / GraphModule."""

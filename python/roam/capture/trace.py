@@ -522,9 +522,13 @@ def functional_dropout_masks(gm: torch.fx.GraphModule) -> int:
     flow of the program. Memory in program order is unchanged: the mask is held once, as
     before (``div_`` stays in place and becomes an ``inplace`` permission).
 
-    Rewritten only where the pattern is exact: ``empty_like`` with ``contiguous_format`` (or
-    of a contiguous tensor) read only by ``bernoulli_.float`` without a generator, read only
-    by ``div_.Scalar``, with the shape known from the trace (``tensor_meta`` or ``val``)."""
+    ``empty_like`` keeps its input's layout: a mask of a transposed input is drawn in memory
+    order (``bernoulli_`` fills a tensor in memory order) as a contiguous tensor of the
+    permuted shape, then viewed in that layout (``permute``), so the bits stay where they were.
+
+    Rewritten only where the pattern is exact: ``empty_like`` (a dense layout: contiguous or
+    a permutation of it) read only by ``bernoulli_.float`` without a generator, read only by
+    ``div_`` by a number, with the value known from the trace (``node.meta["val"]``)."""
     aten = torch.ops.aten
     n = 0
     for e in list(gm.graph.nodes):
@@ -536,29 +540,34 @@ def functional_dropout_masks(gm: torch.fx.GraphModule) -> int:
         if b.kwargs.get("generator") is not None or len(b.args) > 2:
             continue
         d = _single_user(b)
-        if d is None or d.target is not aten.div_.Scalar or d.args[0] is not b:
+        if d is None or d.args[0] is not b or not (
+                d.target is aten.div_.Scalar or (d.target is aten.div_.Tensor and len(d.args) == 2
+                                                 and isinstance(d.args[1], (int, float)))):
             continue
         val = e.meta.get("val")
-        tm = e.meta.get("tensor_meta")
-        shape = list(val.shape) if isinstance(val, torch.Tensor) else (
-            list(tm.shape) if tm is not None else None)
-        dtype = val.dtype if isinstance(val, torch.Tensor) else (
-            tm.dtype if tm is not None else None)
-        if shape is None or len(e.args) != 1 or any(k != "memory_format" for k in e.kwargs):
+        if not isinstance(val, torch.Tensor) or len(e.args) != 1 or any(
+                k not in ("memory_format", "pin_memory") or (k == "pin_memory" and v)
+                for k, v in e.kwargs.items()):
             continue
-        src = e.args[0]
-        src_val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
-        contiguous = e.kwargs.get("memory_format") is torch.contiguous_format or (
-            isinstance(src_val, torch.Tensor) and src_val.is_contiguous())
-        if not contiguous or dtype is None or not dtype.is_floating_point:
+        perm = _dense_permutation(val)
+        if perm is None or not val.dtype.is_floating_point:
             continue
         prob = b.args[1] if len(b.args) > 1 else b.kwargs.get("p", 0.5)
+        inverse = [perm.index(i) for i in range(len(perm))]
         with gm.graph.inserting_before(e):
             s = gm.graph.call_function(aten.new_zeros.default, (e.args[0], []))
-            v = gm.graph.call_function(aten.expand.default, (s, shape))
+            v = gm.graph.call_function(aten.expand.default,
+                                       (s, [val.shape[i] for i in perm]))
             m = gm.graph.call_function(aten.bernoulli.p, (v, prob))
-            q = gm.graph.call_function(aten.div_.Scalar, (m, *d.args[1:]), dict(d.kwargs))
-        for new, old in ((s, e), (v, e), (m, b), (q, d)):
+            made = [(s, e), (v, e), (m, b)]
+            if perm != list(range(len(perm))):
+                # the mask's layout: bernoulli_ fills a tensor in memory order, bernoulli.p a
+                # contiguous one: draw the memory order contiguously, view it in e's layout
+                m = gm.graph.call_function(aten.permute.default, (m, inverse))
+                made.append((m, b))
+            q = gm.graph.call_function(d.target, (m, *d.args[1:]), dict(d.kwargs))
+            made.append((q, d))
+        for new, old in made:
             new.meta.update({k: val for k, val in old.meta.items()
                              if k not in ("tensor_meta", "val")})
         d.replace_all_uses_with(q)
@@ -568,6 +577,20 @@ def functional_dropout_masks(gm: torch.fx.GraphModule) -> int:
     if n:
         gm.recompile()
     return n
+
+
+def _dense_permutation(t: torch.Tensor) -> Optional[List[int]]:
+    """The dims of ``t`` from outermost to innermost in memory when ``t`` is dense and
+    non-overlapping (``t.permute(perm)`` is contiguous), else None."""
+    if t.numel() == 0:
+        return None
+    perm = sorted(range(t.dim()), key=lambda i: (-t.stride(i), -t.shape[i]))
+    expect = 1
+    for i in reversed(perm):
+        if t.shape[i] != 1 and t.stride(i) != expect:
+            return None
+        expect *= t.shape[i]
+    return perm
 
 
 def batch_norm_writes(gm: torch.fx.GraphModule) -> int:

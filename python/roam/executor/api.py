@@ -17,9 +17,9 @@ peak minus its outputs, so scratch that peaks before the outputs exist needs the
 best fit, :func:`roam.executor.program.loans_from_events`); sub-allocated from its planned
 workspace block in request order (first fit); from arena bytes free at that moment
 (``workspaces="arena"``, the default, for all three); else from the fallback heap.
-:func:`optimize` plans with the capture's servable workspaces (:func:`servable_workspaces`:
-what fits in no output slot takes bytes of the block, wherever the layout puts it); Tp
-(program order) and the planned saving count the workspaces as captured. Before
+The graph's workspaces are the blocks the executor can serve wherever the layout puts them
+(the capture's servable figures): :func:`optimize` plans the graph as captured, as ``roam
+plan`` does on the saved file. Before
 the first step a planned trial step on copies measures arena + fallback heap peak; a plan
 whose trial (or any later planned step) holds more than the same graph run eagerly is warned
 once and every step from then on runs the program order with ordinary allocation
@@ -57,7 +57,7 @@ from ..capture.rng import preserved_rng_state
 from .native import native
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges,
                        eager_kernels_while_tracing, load_plan, parse_size, plan_graph,
-                       servable_workspaces, validate_plan, with_graph_costs)
+                       validate_plan, with_graph_costs)
 from .program import PlanMismatch, Program, loans_from_events, ranks_from_events
 from .report import StepReport
 from .scalars import StepScalars
@@ -254,12 +254,11 @@ class RoamStep:
         state = captured.state
         self.alignment = int(plan.get("alignment", ALIGNMENT))
         self.planned_arena_bytes = int(plan.get("stats", {}).get("arena_bytes", 0))
-        program_order = [op["id"] for op in graph["ops"]]
-        # Tp of the graph as captured (its workspaces: the measured peak of each op), not of
-        # the servable workspaces it may have been planned with (servable_workspaces)
-        self.tp_program = N.theoretical_peak(
-            json.dumps(getattr(captured, "graph", None) or graph), program_order,
-            self.alignment)
+        # Tp of the graph as captured, program order, in place where eager PyTorch ran in
+        # place (every in-place write program order allows)
+        from ..capture.check import program_order_peak
+        self.tp_program = program_order_peak(getattr(captured, "graph", None) or graph,
+                                             self.alignment)
         # the headline's GPU reference: PyTorch's CUDA caching allocator, simulated, same order
         self.cuda_program_bytes = N.program_cuda_reserved(json.dumps(graph), self.alignment)
         self.planned_saving_bytes = self.tp_program - self.planned_arena_bytes
@@ -268,7 +267,8 @@ class RoamStep:
         self.at_peak: Optional[Dict[str, Any]] = None
         try:
             from ..headline import live_at_peak
-            self.at_peak = live_at_peak(graph, plan["order"], self.alignment)
+            self.at_peak = live_at_peak(graph, plan["order"], self.alignment,
+                                        plan.get("inplace"))
         except (KeyError, ValueError, TypeError):
             pass  # a plan that does not fit the graph: said below
         self._signature = [_sig(t) for t in _flatten_state(state)]
@@ -556,7 +556,8 @@ class RoamStep:
             from ..headline import live_at_peak
             g = getattr(self.captured, "graph", None) or self.graph  # captured workspaces
             order = [op["id"] for op in g["ops"]]
-            curve = live_at_peak(g, order, self.alignment)["per_step"]
+            from ..capture.check import inplace_in_order
+            curve = live_at_peak(g, order, self.alignment, inplace_in_order(g))["per_step"]
             tensors = {t["id"]: t for t in g["tensors"]}
 
             def root(tid):
@@ -914,9 +915,9 @@ class RoamStep:
             raise RuntimeError(f"reference step impossible: {reason}")
         gm = self.scalars.compiled_module()
         args = pytree.tree_unflatten(flat, self._treespec)
-        with torch.no_grad():
-            out = pytree.tree_map(lambda t: t.detach().clone()
-                                  if isinstance(t, torch.Tensor) else t, gm(*args))
+        from ..capture.kernels import call_graph
+        out = pytree.tree_map(lambda t: t.detach().clone()
+                              if isinstance(t, torch.Tensor) else t, call_graph(gm, *args))
         return out if self.step_fn is not None else _first_tensor(out)
 
 
@@ -1081,9 +1082,6 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
         add_rng_order_edges(graph)  # the capture added them: a graph of another tool may not
         planned_here = plan is None
         if plan is None:
-            # planned with the workspaces the executor can serve wherever the layout puts
-            # them (a plan given here was made for the graph as captured: kept as it is)
-            servable_workspaces(graph)
             say(f"planning (order {order}, layout {layout}"
                 + (f", budget {budget_bytes} B)" if budget_bytes is not None else ")"))
             if budget_bytes is None:
