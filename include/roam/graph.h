@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,10 @@ struct Op {
   uint64_t workspace = 0;        // bytes the op allocates internally, live at its step only
   bool recomputable = false;     // may run again later with bit-identical outputs (plan v2)
   std::string module;            // informational: path of the module that ran it
+  /// Permissions to write an output over an input (GRAPH_FORMAT.md op field `inplace`): pairs
+  /// (i, j) of positions in `inputs` and `outputs`, in file order. Only a plan that says so uses
+  /// one (roam/inplace.h); liveness in the graph is as if the op wrote a new storage.
+  std::vector<std::pair<int32_t, int32_t>> inplace;
 };
 
 /// What the arena must place: a non-resident root storage of non-zero size, or the `workspace`
@@ -112,7 +117,9 @@ struct Graph {
 
 /// Parses and validates a roam-graph v1 document. `file` is used in error messages.
 /// Throws InputError for every rule of GRAPH_FORMAT.md (format/version, duplicate or unknown
-/// ids, producer/role rules, alias cycles, bad sizes, dependency cycles).
+/// ids, producer/role rules, alias cycles, bad sizes, dependency cycles, `inplace` pairs: a list
+/// of [i, j] integer pairs, positions in range, input i and output j of the same size, output j a
+/// root, input i not resident; field `ops[k].inplace`, the op's id).
 Graph parse_graph(const nlohmann::json& doc, const std::string& file);
 
 /// Reads `path` (plain JSON or gzip when it ends in .gz, or any gzip stream) and parses it.
@@ -126,7 +133,7 @@ Graph load_graph(const std::string& path);
 /// before one it depends on, sizes overflowing). Used for the instance graphs of plan version 2.
 void finalize_graph(Graph& g, const std::string& file);
 
-/// Serialises a graph back to roam-graph v1 (used by tests and tools).
+/// Serialises a graph back to roam-graph v1 (used by tests and tools), `inplace` included.
 nlohmann::json graph_to_json(const Graph& graph);
 
 /// Reads a JSON document from a plain or gzip file. Throws InputError (field "(file)" or "(json)").

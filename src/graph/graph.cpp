@@ -107,6 +107,68 @@ Phase parse_phase(const Ctx& c, const std::string& s, const std::string& field,
   c.fail(field, id, "unknown phase " + quote(s) + " (expected forward, backward, update, other)");
 }
 
+// Op field `inplace` (GRAPH_FORMAT.md "Ops"): a list of [i, j] pairs, input position i and
+// output position j, with input i and output j of the same size and output j a root. (The
+// residency of input i needs the alias roots: check_inplace_residency, after finalize.)
+std::vector<std::pair<int32_t, int32_t>> parse_inplace(const Ctx& c, const json& v,
+                                                       const std::string& field, const Op& op,
+                                                       const Graph& g) {
+  if (!v.is_array()) {
+    c.fail(field, op.id, "must be a list of [input position, output position] pairs, got " + v.dump());
+  }
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  for (size_t k = 0; k < v.size(); ++k) {
+    const json& p = v[k];
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer()) {
+      c.fail(field, op.id, "entry " + std::to_string(k) + " must be a pair [i, j] of integers, got " + p.dump());
+    }
+    const int64_t i = p[0].get<int64_t>(), j = p[1].get<int64_t>();
+    if (i < 0 || i >= static_cast<int64_t>(op.inputs.size())) {
+      c.fail(field, op.id, "entry " + std::to_string(k) + " " + p.dump() + ": input position " +
+                               std::to_string(i) + " out of range (the op has " +
+                               std::to_string(op.inputs.size()) + " inputs)");
+    }
+    if (j < 0 || j >= static_cast<int64_t>(op.outputs.size())) {
+      c.fail(field, op.id, "entry " + std::to_string(k) + " " + p.dump() + ": output position " +
+                               std::to_string(j) + " out of range (the op has " +
+                               std::to_string(op.outputs.size()) + " outputs)");
+    }
+    const Tensor& in = g.tensors[op.inputs[static_cast<size_t>(i)]];
+    const Tensor& out = g.tensors[op.outputs[static_cast<size_t>(j)]];
+    if (in.size != out.size) {
+      c.fail(field, op.id, "entry " + std::to_string(k) + " " + p.dump() + ": input " + quote(in.id) +
+                               " (" + std::to_string(in.size) + " bytes) and output " + quote(out.id) +
+                               " (" + std::to_string(out.size) +
+                               " bytes) differ in size (an output is written over an input of its size only)");
+    }
+    if (out.alias_of >= 0) {
+      c.fail(field, op.id, "entry " + std::to_string(k) + " " + p.dump() + ": output " + quote(out.id) +
+                               " is an alias (of " + quote(g.tensors[out.alias_of].id) +
+                               "); only a root output can be written over an input");
+    }
+    pairs.emplace_back(static_cast<int32_t>(i), static_cast<int32_t>(j));
+  }
+  return pairs;
+}
+
+// The rest of the `inplace` rule: input i is not resident (parameters, buffers, optimizer state
+// and inputs are written through aliases with `after` edges, never through a permission).
+void check_inplace_residency(const Ctx& c, const Graph& g) {
+  for (OpIdx v = 0; v < g.num_ops(); ++v) {
+    const Op& op = g.ops[v];
+    for (size_t k = 0; k < op.inplace.size(); ++k) {
+      const auto [i, j] = op.inplace[k];
+      const TensorIdx t = op.inputs[static_cast<size_t>(i)];
+      if (!g.is_resident(t)) continue;
+      c.fail("ops[" + std::to_string(v) + "].inplace", op.id,
+             "entry " + std::to_string(k) + " [" + std::to_string(i) + ", " + std::to_string(j) +
+                 "]: input " + quote(g.tensors[t].id) + " is resident (role " +
+                 quote(to_string(g.tensors[g.tensors[t].root].role)) +
+                 "); a permission is only for an input that is not resident");
+    }
+  }
+}
+
 // Reports a dependency cycle among the ops left over by Kahn's algorithm.
 [[noreturn]] void fail_cycle(const Ctx& c, const Graph& g, const std::vector<int32_t>& indegree) {
   // Every leftover op has a leftover predecessor: walk predecessors until one repeats.
@@ -487,6 +549,9 @@ Graph parse_graph(const json& doc, const std::string& file) {
         dst.push_back(it->second);
       }
     }
+    if (auto it = jo.find("inplace"); it != jo.end() && !it->is_null()) {
+      op.inplace = parse_inplace(c, *it, field + ".inplace", op, g);
+    }
     g.ops.push_back(std::move(op));
   }
   // `after` refers to ops by id, possibly later in the file; resolve in a second pass.
@@ -525,6 +590,7 @@ Graph parse_graph(const json& doc, const std::string& file) {
   }
 
   finalize(g, c);
+  check_inplace_residency(c, g);
   return g;
 }
 
@@ -569,6 +635,11 @@ json graph_to_json(const Graph& g) {
     if (op.workspace != 0) jo["workspace"] = op.workspace;
     if (op.recomputable) jo["recomputable"] = true;
     if (!op.module.empty()) jo["module"] = op.module;
+    if (!op.inplace.empty()) {
+      json a = json::array();
+      for (const auto& [i, j] : op.inplace) a.push_back(json::array({i, j}));
+      jo["inplace"] = std::move(a);
+    }
     ops.push_back(std::move(jo));
   }
   doc["ops"] = std::move(ops);
