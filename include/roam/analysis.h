@@ -58,9 +58,28 @@ std::vector<OpIdx> key_points_quadratic(const Graph& g);
 enum class StorageKind : uint8_t { kActivation, kTemporary };
 std::vector<StorageKind> storage_kinds(const Graph& g);
 
+/// The lower bounds below hold with in-place writes allowed (GRAPH_FORMAT.md op and plan field
+/// `inplace`, roam/inplace.h): on a graph with permissions each counts
+///  - every storage at its bound size (`storage_bytes`): an output written over an input lives
+///    in the input's instance, so its contents occupy no more than the input's bound (the same
+///    as its own aligned size wherever sizes agree, i.e. on every captured graph);
+///  - at op v's own step, `savings[v]` bytes less: v's outputs written over its dying inputs
+///    share their bytes, at most min(sum of the bounds of v's outputs that have a permission,
+///    sum over the distinct input storages of the largest bound of an output paired with it).
+/// Storages counted because they cross v (born by an ancestor, used by a descendant) need no
+/// change: such a storage is read after v, so an op that writes over it before v is not its
+/// last user, and it stays distinct bytes from everything else live at v.
+/// On a graph without permissions both are empty and every bound is what it was without them.
+struct InplaceBoundTerms {
+  std::vector<uint64_t> savings;        // per op, aligned bytes; empty: no permission
+  std::vector<uint64_t> storage_bytes;  // per storage, aligned bytes; empty: the aligned sizes
+};
+InplaceBoundTerms inplace_bound_terms(const Graph& g, uint64_t alignment);
+
 /// Must-live bytes per op (sizes rounded to `alignment`): the storages that are live at op v in
 /// every order -- v's own inputs and outputs, and every storage produced by an ancestor of v and
-/// used by a descendant of v or kept as a graph output. O((E + sum of users) * V / 64) time;
+/// used by a descendant of v or kept as a graph output -- less v's in-place savings (above).
+/// O((E + sum of users) * V / 64) time;
 /// memory O(V * b / 4) bytes for blocks of b <= 8192 ops, b narrowed to keep it under 64 MiB.
 /// Every value is <= min_live_at_op of the same op.
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment);
@@ -80,6 +99,8 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
 /// With `run_before` (`run_after`), an op incomparable to v, the minimum is over the orders
 /// that run that op before (after) v's step: the same cut with the op and its ancestors
 /// (descendants) fixed on that side.
+/// With permissions: the least over orders with any in-place writes (the cut on the bound
+/// sizes, less savings[v]; see InplaceBoundTerms).
 /// Throws std::invalid_argument when an op is out of range or run_before / run_after is not
 /// incomparable to v.
 uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_before = -1,
@@ -102,6 +123,9 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_b
 ///                 max(min_live(v | w before), min_live(w | v after))).
 ///     The bound is the maximum of B1 and these. (ViT-B/16 b1: B1 = 135.05 MiB, with pairs
 ///     137.36 MiB, the Tp roam finds: proven optimal.)
+/// With permissions every term is the in-place one (InplaceBoundTerms): a bound on Tp over all
+/// valid orders, each with any in-place writes valid in it (the live bytes of known orders are
+/// counted with the writes they allow, inplace_valid_in).
 /// `hint` (any valid order; optional) only lets cuts be skipped where they cannot raise the
 /// bound: the value does not depend on it, only the time does. Nothing is computed when a known
 /// order's Tp equals the must-live maximum (that order is optimal).
@@ -113,5 +137,11 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
 
 /// Live bytes at every op's step under `order` (indexed by op, not by step).
 std::vector<uint64_t> live_bytes_at_ops(const Graph& g, const Order& order, uint64_t alignment);
+
+/// Tp of `order` (every op once) with every in-place write it allows (inplace_valid_in of
+/// roam/inplace.h, applied): what a plan of that order holds, and for program order what eager
+/// PyTorch holds where the permissions are its in-place operators. theoretical_peak(g, order)
+/// on a graph without permissions. Bytes, sizes rounded to `alignment`.
+uint64_t inplace_peak(const Graph& g, const Order& order, uint64_t alignment);
 
 }  // namespace roam

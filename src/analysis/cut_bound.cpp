@@ -14,7 +14,9 @@
 #include <numeric>
 #include <vector>
 
+#include "bound_internal.h"
 #include "roam/analysis.h"
+#include "roam/inplace.h"
 #include "roam/order.h"
 
 namespace roam {
@@ -52,8 +54,11 @@ constexpr double kMustWork = 2.5e8;
 
 class CutBound {
  public:
-  CutBound(const Graph& g, uint64_t alignment)
-      : g_(g), alignment_(alignment), cls_(g.num_ops(), kIncomparable), node_(g.num_ops(), -1) {}
+  /// `savings` (per op, or empty): the in-place savings subtracted from every min_live at that
+  /// op (InplaceBoundTerms; `g` then carries the bound sizes).
+  CutBound(const Graph& g, uint64_t alignment, const std::vector<uint64_t>* savings = nullptr)
+      : g_(g), alignment_(alignment), savings_(savings), cls_(g.num_ops(), kIncomparable),
+        node_(g.num_ops(), -1) {}
 
   /// Neither of v and w reaches the other.
   bool incomparable(OpIdx v, OpIdx w) {
@@ -140,6 +145,8 @@ class CutBound {
       result += static_cast<uint64_t>(boost::boykov_kolmogorov_max_flow(net, 0, 1));
     }
     for (OpIdx x : incomparable_) node_[x] = -1;
+    // v's own in-place writes (counted in `sure`: v's own storages) share bytes at its step.
+    if (savings_ != nullptr && !savings_->empty()) result -= std::min(result, (*savings_)[v]);
     if (near != nullptr) {
       // Sum per op, heaviest first (ties: op index): deterministic.
       std::sort(weight.begin(), weight.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -209,6 +216,7 @@ class CutBound {
 
   const Graph& g_;
   uint64_t alignment_;
+  const std::vector<uint64_t>* savings_;
   std::vector<uint8_t> cls_;
   std::vector<int32_t> node_;
   std::vector<OpIdx> incomparable_;
@@ -223,7 +231,9 @@ uint64_t min_live_at_op(const Graph& g, OpIdx v, uint64_t alignment, OpIdx run_b
       (run_before >= 0 && run_before == run_after)) {
     throw std::invalid_argument("min_live_at_op: op index out of range");
   }
-  CutBound cut(g, alignment);
+  analysis_internal::BoundGraph b;
+  analysis_internal::make_bound_graph(g, alignment, b);
+  CutBound cut(*b.graph, alignment, &b.terms.savings);
   for (OpIdx w : {run_before, run_after}) {
     if (w >= 0 && !cut.incomparable(v, w)) {
       throw std::invalid_argument("min_live_at_op: op " + g.ops[w].id + " is not incomparable to op " +
@@ -237,9 +247,30 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
   return lower_bound(g, alignment, hint, std::chrono::steady_clock::time_point::max());
 }
 
-uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
+namespace {
+
+// Live bytes at every op under `order` with the in-place writes it allows (inplace_valid_in): an
+// upper bound on every in-place term at that op (what the order holds there).
+std::vector<uint64_t> live_with_inplace(const Graph& g, const Order& order, uint64_t alignment) {
+  if (!has_inplace(g)) return live_bytes_at_ops(g, order, alignment);
+  return live_bytes_at_ops(apply_inplace(g, inplace_valid_in(g, order)), order, alignment);
+}
+
+}  // namespace
+
+uint64_t inplace_peak(const Graph& g, const Order& order, uint64_t alignment) {
+  if (!has_inplace(g)) return theoretical_peak(g, order, alignment);
+  return theoretical_peak(apply_inplace(g, inplace_valid_in(g, order)), order, alignment);
+}
+
+uint64_t lower_bound(const Graph& g_in, uint64_t alignment, const Order* hint,
                      std::chrono::steady_clock::time_point deadline, bool* stopped) {
   if (stopped != nullptr) *stopped = false;
+  // With permissions, every term below is the in-place one: cuts and must-live bytes on the
+  // bound sizes less each op's savings; live bytes of known orders with their in-place writes.
+  analysis_internal::BoundGraph bg;
+  analysis_internal::make_bound_graph(g_in, alignment, bg);
+  const Graph& g = *bg.graph;
   const int32_t n = g.num_ops();
   if (n == 0) return 0;
   auto out_of_time = [&] {
@@ -248,16 +279,16 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
     return true;
   };
   if (out_of_time()) {  // every op's own storages only: O(E)
-    const auto own = lower_bound_per_op(g, alignment, {});
+    const auto own = lower_bound_per_op(g_in, alignment, {});
     return *std::max_element(own.begin(), own.end());
   }
   // ub0[v]: bytes live at v's step in the program or the lescea order (an upper bound on
   // min_live(v) that does not depend on `hint`); ub[v]: the same with `hint` too; known_tp:
   // the smallest Tp of those orders.
-  std::vector<uint64_t> ub0 = live_bytes_at_ops(g, g.program_order(), alignment);
+  std::vector<uint64_t> ub0 = live_with_inplace(g_in, g.program_order(), alignment);
   uint64_t known_tp = *std::max_element(ub0.begin(), ub0.end());
   {
-    const auto h = live_bytes_at_ops(g, order_lescea(g, alignment), alignment);
+    const auto h = live_with_inplace(g_in, order_lescea(g_in, alignment), alignment);
     known_tp = std::min(known_tp, *std::max_element(h.begin(), h.end()));
     for (OpIdx v = 0; v < n; ++v) ub0[v] = std::min(ub0[v], h[v]);
   }
@@ -277,12 +308,12 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
     std::stable_sort(columns.begin(), columns.end(), [&](OpIdx a, OpIdx b) { return ub0[a] > ub0[b]; });
     columns.resize(most_columns);
   }
-  const auto must = lower_bound_per_op(g, alignment, columns);
+  const auto must = lower_bound_per_op(g_in, alignment, columns);
   uint64_t best = *std::max_element(must.begin(), must.end());
   if (known_tp <= best) return best;  // the program or the lescea order is optimal
   std::vector<uint64_t> ub = ub0;
   if (hint != nullptr) {
-    const auto h = live_bytes_at_ops(g, *hint, alignment);
+    const auto h = live_with_inplace(g_in, *hint, alignment);
     known_tp = std::min(known_tp, *std::max_element(h.begin(), h.end()));
     for (OpIdx v = 0; v < n; ++v) ub[v] = std::min(ub[v], h[v]);
   }
@@ -297,7 +328,7 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint,
     if (ub0[v] > best && ub0[v] > must[v]) order.push_back(v);
   }
   std::sort(order.begin(), order.end(), [&](OpIdx a, OpIdx b) { return ub0[a] != ub0[b] ? ub0[a] > ub0[b] : a < b; });
-  CutBound cut(g, alignment);
+  CutBound cut(g, alignment, &bg.terms.savings);
   std::vector<uint64_t> exact(n, kUnknown);  // min_live where computed
   std::vector<char> considered(n, 0);
   int64_t used = 0;

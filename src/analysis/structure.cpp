@@ -7,7 +7,9 @@
 #include <bit>
 #include <limits>
 
+#include "bound_internal.h"
 #include "roam/analysis.h"
+#include "roam/inplace.h"
 
 namespace roam {
 
@@ -117,8 +119,91 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment) {
   return lower_bound_per_op(g, alignment, all);
 }
 
+InplaceBoundTerms inplace_bound_terms(const Graph& g, uint64_t alignment) {
+  InplaceBoundTerms r;
+  const std::vector<InplacePair> pairs = inplace_permissions(g);
+  if (pairs.empty()) return r;
+  // bound[s]: the fewest aligned bytes the contents of storage s occupy in any valid plan: its
+  // own size, or, written over an input, no more than that input's bound (the instance it is
+  // bound to has the input storage's size; an absent input storage, a root of size 0, has 0).
+  // A permission's input is produced before its op, so one pass in op order settles it.
+  std::vector<uint64_t> bound(g.storages.size());
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) bound[s] = align_up(g.storages[s].size, alignment);
+  bool reduced = false;
+  for (const InplacePair& p : pairs) {
+    const StorageIdx t = g.storage_of[p.output], s = g.storage_of[p.input];
+    const uint64_t b = s < 0 ? 0 : bound[s];
+    if (b < bound[t]) {
+      bound[t] = b;
+      reduced = true;
+    }
+  }
+  // savings[v] <= min(sum of the bounds of v's outputs with a permission, sum over the distinct
+  // input storages of the largest bound of an output paired with it): each write saves its
+  // output's bytes (the output's storage disappears into the input's instance), each output is
+  // written over one input and each input storage takes at most one output.
+  r.savings.assign(g.ops.size(), 0);
+  std::vector<std::pair<TensorIdx, uint64_t>> outs;        // (output, bound), distinct outputs
+  std::vector<std::pair<StorageIdx, uint64_t>> ins;        // (input storage, largest bound)
+  for (size_t k = 0; k < pairs.size();) {
+    const OpIdx v = pairs[k].op;
+    outs.clear();
+    ins.clear();
+    for (; k < pairs.size() && pairs[k].op == v; ++k) {
+      const uint64_t b = bound[g.storage_of[pairs[k].output]];
+      auto o = std::find_if(outs.begin(), outs.end(), [&](const auto& x) { return x.first == pairs[k].output; });
+      if (o == outs.end()) outs.push_back({pairs[k].output, b});
+      const StorageIdx s = g.storage_of[pairs[k].input];
+      auto i = std::find_if(ins.begin(), ins.end(), [&](const auto& x) { return x.first == s; });
+      if (i == ins.end()) {
+        ins.push_back({s, b});
+      } else {
+        i->second = std::max(i->second, b);
+      }
+    }
+    uint64_t by_out = 0, by_in = 0;
+    for (const auto& o : outs) by_out += o.second;
+    for (const auto& i : ins) by_in += i.second;
+    r.savings[v] = std::min(by_out, by_in);
+  }
+  if (reduced) r.storage_bytes = std::move(bound);
+  return r;
+}
+
+namespace analysis_internal {
+
+void make_bound_graph(const Graph& g, uint64_t alignment, BoundGraph& out) {
+  out.terms = inplace_bound_terms(g, alignment);
+  out.graph = &g;
+  if (out.terms.storage_bytes.empty()) return;
+  out.reduced = g;
+  for (StorageIdx s = 0; s < out.reduced.num_storages(); ++s) {
+    out.reduced.storages[s].size = out.terms.storage_bytes[s];
+  }
+  out.graph = &out.reduced;
+}
+
+}  // namespace analysis_internal
+
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
                                          const std::vector<OpIdx>& ops) {
+  analysis_internal::BoundGraph b;
+  analysis_internal::make_bound_graph(g, alignment, b);
+  std::vector<uint64_t> must = analysis_internal::must_live_plain(*b.graph, alignment, ops);
+  // An op's own in-place writes share bytes at its step (at most saving(v), all counted among
+  // its own storages); nothing else that must be live at v shares bytes with anything: a storage
+  // S that crosses v (born by an ancestor of v, used by a descendant) is read after v, so the op
+  // that writes over S, reading it before v, is not S's last user and S stays distinct bytes;
+  // the output written over S is born at that op and cannot be live at v together with S
+  // unless that op is v.
+  if (!b.terms.savings.empty()) {
+    for (OpIdx v = 0; v < g.num_ops(); ++v) must[v] -= std::min(must[v], b.saving(v));
+  }
+  return must;
+}
+
+std::vector<uint64_t> analysis_internal::must_live_plain(const Graph& g, uint64_t alignment,
+                                                         const std::vector<OpIdx>& ops) {
   // Storage s (producer p, users U) is live at op v in every order iff p <= v <= some u in U in
   // the partial order (or p <= v when s is a graph output). The listed ops (the columns) are
   // processed in blocks of up to kBlock, in program position: per block, a bitset row per op x
