@@ -36,7 +36,10 @@ Order order_dfs(const Graph& g, uint64_t alignment);
 /// order, include/roam/roam_order.h: never worse than any baseline).
 const std::vector<std::string>& order_methods();
 
-/// Dispatches on a method name. Throws std::invalid_argument for an unknown name.
+/// Dispatches on a method name. Throws std::invalid_argument for an unknown name. A graph with
+/// `inplace` permissions is ordered on force_inplace(g).graph (roam/inplace.h): the result is
+/// an order of g in which every write valid in program order stays valid (the functions above
+/// order whatever graph they are given).
 Order make_order(const Graph& g, const std::string& method, const PlanOptions& options);
 inline Order make_order(const Graph& g, const std::string& method, uint64_t alignment) {
   return make_order(g, method, PlanOptions{alignment});

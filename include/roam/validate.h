@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "roam/graph.h"
+#include "roam/inplace.h"
 #include "roam/plan.h"
 
 namespace roam {
@@ -25,6 +26,8 @@ struct ValidationReport {
   /// each of its storages (bytes), e.g. to draw a version-2 plan. Null otherwise.
   std::shared_ptr<const InstanceGraph> instances;
   std::vector<uint64_t> instance_offsets;
+  /// The plan's in-place writes (field `inplace`) as read, when valid.
+  std::vector<InplacePair> inplace;
 };
 
 /// The instance graph of a schedule (GRAPH_FORMAT.md "Plan version 2: rematerialization"):
@@ -33,7 +36,8 @@ struct ValidationReport {
 /// the appearance's index among the op's appearances) and binds every alias output to the
 /// instance its base is bound to at that step; every input reads the tensor it is bound to.
 /// Storages of the instance graph are the instances (and one workspace per appearance), so its
-/// liveness, Tp and arena are the plan's. A version-1 order gives a copy of `g`.
+/// liveness, Tp and arena are the plan's (with `inplace` writes: an in-place output is bound to
+/// its input's instance and makes none).
 struct InstanceGraph {
   Graph graph;                      // finalized; no `after` edges (checked on the schedule)
   std::vector<OpIdx> op_of;         // per instance-graph op: the op of `g`
@@ -48,11 +52,21 @@ struct InstanceGraph {
 /// (each a problem): every op appears; a repeat only of an op with `recomputable: true`; every
 /// input resident or bound by an earlier appearance; an alias output's base bound; every
 /// appearance of v before every appearance of w when w lists v in `after`.
-InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule);
+/// `inplace` (plan field `inplace`, the pairs already checked against the ops' permissions):
+/// at every appearance of its op, such an output is bound to the instance its input is bound to
+/// (no new instance; its aliases follow it), and that write bumps the instance's version. Every
+/// binding records the version it was made at; reading a binding of an older version (an input,
+/// the base of an alias output, or a graph output at the end of the order) is a problem naming
+/// the reader, the tensor and the op and step that overwrote it; so is an appearance writing two
+/// outputs over one instance.
+InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule,
+                             const std::vector<InplacePair>& inplace = {});
 
-/// A proven lower bound on Tp over every valid schedule, recomputation allowed (bytes, sizes
-/// rounded to `alignment`): each appearance of op v holds its inputs, outputs and workspace at
-/// its step, and the graph outputs are all live at the last step; the maximum of these.
+/// A proven lower bound on Tp over every valid schedule, recomputation and in-place writes
+/// allowed (bytes, sizes rounded to `alignment`): each appearance of op v holds its inputs,
+/// outputs and workspace at its step, less what its own in-place writes can share
+/// (InplaceBoundTerms of roam/analysis.h), and the graph outputs are all live at the last step;
+/// the maximum of these.
 uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment);
 
 /// Checks a roam-plan v1 or v2 document against `g`. Throws InputError (naming `file`, the field and
@@ -63,8 +77,11 @@ uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment);
 /// proven bound is) makes the plan invalid, with the problems listed. Version 2: the schedule
 /// rules of instance_graph, an offset for every instance (`offsets`, `recompute_offsets`) and
 /// workspace appearance (`workspace_offsets`), the three recomputation stats, and a
-/// lower_bound_bytes at most recompute_lower_bound. Both versions: peak_bytes at most
-/// method.options.budget_bytes where the plan records a budget.
+/// lower_bound_bytes at most recompute_lower_bound. `inplace` (version 2 only; in a version-1
+/// plan a problem): an object of output tensor id -> input tensor id (another shape: InputError,
+/// field `inplace`), each pair listed in its op's permissions, the output without an entry in
+/// `offsets` / `recompute_offsets`, and the rule of instance_graph at every appearance. Both
+/// versions: peak_bytes at most method.options.budget_bytes where the plan records a budget.
 /// `proven_lower_bound`: a version-1 bound the caller has already proven for `g` at the plan's
 /// alignment (e.g. the planner's own lower_bound, when it validates the plan it is about to
 /// write); lower_bound_bytes is checked against it instead of computing roam::lower_bound again.

@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "roam/inplace.h"
 #include "roam/order.h"
 #include "list_schedule.h"
 #include "roam/roam_order.h"
@@ -174,6 +175,9 @@ const std::vector<std::string>& order_methods() {
 }
 
 Order make_order(const Graph& g, const std::string& method, const PlanOptions& options) {
+  // A graph with in-place permissions is ordered on its forced graph (roam/inplace.h), whose
+  // orders keep program order's writes valid; it has no permissions itself.
+  if (has_inplace(g)) return make_order(force_inplace(g).graph, method, options);
   const uint64_t alignment = options.alignment;
   if (method == "program") return order_program(g);
   if (method == "lescea") return order_lescea(g, alignment);

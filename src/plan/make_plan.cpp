@@ -3,10 +3,12 @@
 #include <chrono>
 
 #include "roam/analysis.h"
+#include "roam/inplace.h"
 #include "roam/layout.h"
 #include "roam/order.h"
 #include "roam/plan.h"
 #include "roam/roam_order.h"
+#include "roam/validate.h"
 
 namespace roam {
 
@@ -65,6 +67,65 @@ Layout choose_layout(const Graph& g, const Liveness& live, const std::string& me
   return best;
 }
 
+// A plan that writes in place is version 2 (GRAPH_FORMAT.md): its lower_bound_bytes is the bound
+// over every version-2 schedule (recomputation allowed), the stronger bound over the orders of
+// g goes to method.options.order_lower_bound_bytes. `order_bound`: the proven bound over orders
+// (lower_bound); recompute_lower_bound bounds the orders too, so the larger of the two is kept.
+// `rlb`: recompute_lower_bound(g, p.alignment).
+void set_inplace_bounds(const Graph& g, Plan& p, uint64_t order_bound, uint64_t rlb) {
+  if (p.inplace.empty()) {
+    p.options.erase("order_lower_bound_bytes");
+    return;
+  }
+  p.version = 2;
+  p.stats.lower_bound_bytes = rlb;
+  p.options["order_lower_bound_bytes"] = std::max(order_bound, rlb);
+  p.stats.compute_seconds = 0;
+  for (const Op& op : g.ops) p.stats.compute_seconds += op.cost.value_or(0.0);
+  p.stats.recompute_seconds = 0;
+  p.stats.recomputations = 0;
+}
+
+// What the plans of one order share where g has permissions: the writes the order allows and
+// the graph with them applied (made once per order, for each of its layouts).
+struct Applied {
+  std::vector<InplacePair> pairs;
+  Graph graph;  // apply_inplace(g, pairs) when pairs is not empty
+};
+Applied applied_for(const Graph& g, const Order& order) {
+  Applied a;
+  if (has_inplace(g)) a.pairs = inplace_valid_in(g, order);
+  if (!a.pairs.empty()) a.graph = apply_inplace(g, a.pairs);
+  return a;
+}
+
+// make_plan_for_order with the writes of the order (`applied`) and recompute_lower_bound(g)
+// (`rlb`, used only where the plan writes in place) already computed.
+PlanResult plan_for_order(const Graph& g, const Applied& applied, Order order, double order_seconds,
+                          const PlanRequest& req, uint64_t lower_bound_bytes, uint64_t rlb) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult r;
+  Plan& p = r.plan;
+  p.graph = g.name;
+  p.alignment = req.options.alignment;
+  p.order = std::move(order);
+  p.order_method = req.order;
+  // Every in-place write the order allows (the best choice for a fixed order, roam/inplace.h);
+  // the layout places the storages of the graph with those writes applied.
+  p.inplace = applied.pairs;
+  const Graph& lg = p.inplace.empty() ? g : applied.graph;
+  const Liveness live = compute_liveness(lg, p.order);
+  Layout layout = choose_layout(lg, live, req.layout, req.options, p.layout_method);
+  p.offsets = std::move(layout.offsets);
+  r.reserved_bytes = layout.reserved_bytes;
+  const double seconds =
+      order_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  p.stats = compute_stats(lg, p.order, p.offsets, req.options.alignment, lower_bound_bytes, seconds);
+  if (!req.options.extra.empty()) p.options["extra"] = req.options.extra;
+  set_inplace_bounds(g, p, lower_bound_bytes, rlb);
+  return r;
+}
+
 }  // namespace
 
 PlanResult make_plan(const Graph& g, const PlanRequest& req) {
@@ -88,7 +149,12 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
   for_order.options.time_limit_seconds = std::max(seconds_left() / 2, 1e-3);
   std::string order_method;
   nlohmann::json order_stats;
-  Order order = choose_order(g, req.order, for_order.options, order_method, order_stats);
+  // With permissions every order method runs on the forced graph (plan.h, roam/inplace.h): its
+  // orders are orders of g in which the writes of program order stay valid.
+  std::optional<ForcedGraph> forced;
+  if (has_inplace(g)) forced = force_inplace(g);
+  const Graph& og = forced ? forced->graph : g;
+  Order order = choose_order(og, req.order, for_order.options, order_method, order_stats);
   const double order_seconds = elapsed();
   PlanRequest with_order = req;
   with_order.order = order_method;
@@ -99,12 +165,18 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
   // The roam order computed the bound already; otherwise the order is the hint that lets the
   // cut bound skip most ops (the value is the same either way, unless the time runs out first:
   // then a smaller bound, still valid).
+  // (The roam order's own bound is over the orders of the graph it ordered: on the forced graph
+  // not a bound for g, which is computed here, with in-place writes allowed.)
   const uint64_t lb = lower_bound_bytes ? *lower_bound_bytes
-                      : order_stats.contains("lower_bound")
+                      : !forced && order_stats.contains("lower_bound")
                           ? order_stats["lower_bound"].get<uint64_t>()
                           : lower_bound(g, req.options.alignment, &order, with_order.options.deadline);
-  PlanResult r = make_plan_for_order(g, std::move(order), order_seconds, with_order, lb);
+  const uint64_t rlb = forced ? recompute_lower_bound(g, req.options.alignment) : 0;
+  const Applied first = applied_for(g, order);
+  PlanResult r = plan_for_order(g, first, std::move(order), order_seconds, with_order, lb, rlb);
   if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
+  // The order's own stats (its bound, its Tp) are those of the forced graph it ordered.
+  if (forced) r.plan.options["order_graph_forced_writes"] = forced->pairs.size();
   // A layout search that ran to its deadline was cut by the time limit (the searches return at
   // most a few hundred nodes after it): the plan says so, and the CLI prints it.
   if (Clock::now() >= with_order.options.deadline) r.plan.options["layout_time_limit_hit"] = true;
@@ -126,7 +198,8 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
         continue;
       }
       const auto order_start = Clock::now();
-      Order o = make_order(g, om, req.options);
+      Order o = make_order(og, om, req.options);
+      const Applied writes = applied_for(g, o);
       const double os = std::chrono::duration<double>(Clock::now() - order_start).count();
       for (const std::string& lm : layout_methods()) {
         if (lm == "roam" || lm == "pytorch") continue;
@@ -137,7 +210,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
         const auto pair_start = Clock::now();
         PlanOptions pair_options = req.options;
         pair_options.deadline = end;  // past it the rest go on a skyline: not the baseline's
-        PlanResult b = make_plan_for_order(g, o, os, {om, lm, pair_options}, lb);
+        PlanResult b = plan_for_order(g, writes, o, os, {om, lm, pair_options}, lb, rlb);
         longest = std::max(longest, std::chrono::duration<double>(Clock::now() - pair_start).count());
         if (Clock::now() >= end) {  // cut by the time limit: not a baseline pair's arena
           skipped.push_back(om + "+" + lm);
@@ -146,6 +219,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
         pairs[om + "+" + lm] = b.plan.stats.arena_bytes;
         if (b.plan.stats.arena_bytes < r.plan.stats.arena_bytes) {
           b.plan.options = r.plan.options;
+          set_inplace_bounds(g, b.plan, lb, rlb);
           r = std::move(b);
         }
       }
@@ -162,22 +236,9 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
 
 PlanResult make_plan_for_order(const Graph& g, Order order, double order_seconds,
                                const PlanRequest& req, uint64_t lower_bound_bytes) {
-  const auto start = std::chrono::steady_clock::now();
-  PlanResult r;
-  Plan& p = r.plan;
-  p.graph = g.name;
-  p.alignment = req.options.alignment;
-  p.order = std::move(order);
-  p.order_method = req.order;
-  const Liveness live = compute_liveness(g, p.order);
-  Layout layout = choose_layout(g, live, req.layout, req.options, p.layout_method);
-  p.offsets = std::move(layout.offsets);
-  r.reserved_bytes = layout.reserved_bytes;
-  const double seconds =
-      order_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  p.stats = compute_stats(g, p.order, p.offsets, req.options.alignment, lower_bound_bytes, seconds);
-  if (!req.options.extra.empty()) p.options["extra"] = req.options.extra;
-  return r;
+  const Applied applied = applied_for(g, order);
+  const uint64_t rlb = applied.pairs.empty() ? 0 : recompute_lower_bound(g, req.options.alignment);
+  return plan_for_order(g, applied, std::move(order), order_seconds, req, lower_bound_bytes, rlb);
 }
 
 }  // namespace roam

@@ -1,6 +1,8 @@
 // Plan stats and the roam-plan v1 writer.
 #include "roam/plan.h"
 
+#include <algorithm>
+
 #include "roam/analysis.h"
 #include "roam/layout.h"
 
@@ -22,10 +24,15 @@ PlanStats compute_stats(const Graph& g, const Order& order, const std::vector<ui
   return st;
 }
 
-nlohmann::json plan_to_json(const Graph& g, const Plan& plan) {
+nlohmann::json plan_to_json(const Graph& g_in, const Plan& plan) {
+  // With in-place writes the storages are those of the applied graph (plan.h).
+  Graph applied;
+  if (!plan.inplace.empty()) applied = apply_inplace(g_in, plan.inplace);
+  const Graph& g = plan.inplace.empty() ? g_in : applied;
+  const int version = plan.inplace.empty() ? plan.version : std::max(plan.version, 2);
   nlohmann::json doc;
   doc["format"] = "roam-plan";
-  doc["version"] = plan.version;
+  doc["version"] = version;
   doc["graph"] = plan.graph;
   doc["alignment"] = plan.alignment;
   nlohmann::json order = nlohmann::json::array();
@@ -49,7 +56,12 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& plan) {
     if (!later.empty()) recompute[g.tensors[st.root].id] = later;
   }
   doc["offsets"] = std::move(offsets);
-  if (plan.version >= 2) doc["recompute_offsets"] = std::move(recompute);
+  if (version >= 2) doc["recompute_offsets"] = std::move(recompute);
+  if (!plan.inplace.empty()) {
+    nlohmann::json inplace = nlohmann::json::object();
+    for (const InplacePair& p : plan.inplace) inplace[g.tensors[p.output].id] = g.tensors[p.input].id;
+    doc["inplace"] = std::move(inplace);
+  }
   if (!workspaces.empty()) doc["workspace_offsets"] = std::move(workspaces);
   const PlanStats& st = plan.stats;
   doc["stats"] = {{"resident_bytes", st.resident_bytes},
@@ -59,7 +71,7 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& plan) {
                   {"lower_bound_bytes", st.lower_bound_bytes},
                   {"fragmentation", st.fragmentation},
                   {"solve_seconds", st.solve_seconds}};
-  if (plan.version >= 2) {
+  if (version >= 2) {
     doc["stats"]["recompute_seconds"] = st.recompute_seconds;
     doc["stats"]["compute_seconds"] = st.compute_seconds;
     doc["stats"]["recomputations"] = st.recomputations;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "roam/analysis.h"
+#include "roam/inplace.h"
 
 namespace roam {
 
@@ -40,17 +41,25 @@ struct Reader {
 }  // namespace
 
 uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment) {
-  // Each op's own storages (lower_bound_per_op with no op listed for the must-live search).
+  // Each op's own storages (lower_bound_per_op with no op listed for the must-live search), less
+  // its in-place savings at its step (analysis.h, InplaceBoundTerms): at every appearance of v
+  // its inputs and outputs are distinct instances except where v itself writes an output over
+  // an input (an earlier write over one of them would make v read stale contents).
   const std::vector<uint64_t> own = lower_bound_per_op(g, alignment, {});
   uint64_t bound = own.empty() ? 0 : *std::max_element(own.begin(), own.end());
+  // The graph outputs are live at the last step, each in an instance of its own (none is written
+  // over: a graph output's contents survive the step), of at least its bound size.
+  const InplaceBoundTerms terms = inplace_bound_terms(g, alignment);
   uint64_t outputs = 0;
-  for (const Storage& st : g.storages) {
-    if (st.graph_output) outputs += align_up(st.size, alignment);
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
+    if (!g.storages[s].graph_output) continue;
+    outputs += terms.storage_bytes.empty() ? align_up(g.storages[s].size, alignment) : terms.storage_bytes[s];
   }
   return std::max(bound, outputs);
 }
 
-InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule) {
+InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule,
+                             const std::vector<InplacePair>& inplace) {
   InstanceGraph ig;
   auto problem = [&](const std::string& msg) {
     ++ig.problem_count;
@@ -72,25 +81,43 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule)
     nearest[u] = found;
     for (TensorIdx w : walked) nearest[w] = found;
   }
+  // written_over[t]: the input an in-place output t is written over (plan field `inplace`).
+  std::vector<TensorIdx> written_over(nt, -1);
+  for (const InplacePair& p : inplace) written_over[p.output] = p.input;
   // binding[t] for a tensor an op produces (or a root): the instance-graph root tensor it is
   // bound to; kUnbound before its producer ran; kResident for tensors of resident storage.
+  // Versions: an in-place write bumps its instance's version; each binding records the version
+  // it was made at, and a binding of an older version is stale (its contents were overwritten).
   constexpr TensorIdx kUnbound = -1, kResident = -2;
   std::vector<TensorIdx> binding(nt, kUnbound);
+  std::vector<int32_t> bound_version(nt, 0), bound_at(nt, -1);
   for (TensorIdx t = 0; t < nt; ++t) {
     if (g.tensors[t].producer < 0 && g.is_resident(t)) binding[t] = kResident;
   }
   auto bound = [&](TensorIdx t) { return binding[nearest[t]]; };
   Graph& x = ig.graph;
   x.name = g.name;
+  // Per instance: its version and the last in-place write on it (step, output tensor of g).
+  std::vector<int32_t> version;
+  std::vector<std::pair<int32_t, TensorIdx>> writer;
+  auto stale = [&](TensorIdx t) {
+    const TensorIdx b = bound(t);
+    return b >= 0 && bound_version[nearest[t]] != version[b];
+  };
+  auto overwritten = [&](TensorIdx t) {
+    const auto [step, out] = writer[bound(t)];
+    const OpIdx w = schedule[static_cast<size_t>(step)];
+    return "op '" + g.ops[w].id + "' (order[" + std::to_string(step) + "]) wrote '" +
+           g.tensors[out].id + "' over it in place (plan field inplace)";
+  };
   std::vector<int32_t> runs(n, 0), first(n, -1), last(n, -1);
+  std::vector<TensorIdx> written_here;  // instances written in place by this appearance
   for (size_t k = 0; k < schedule.size(); ++k) {
     const OpIdx v = schedule[k];
     const Op& op = g.ops[v];
     const int32_t app = runs[v]++;
-    if (app == 1 && !op.recomputable) {
-      problem("order[" + std::to_string(k) + "]: op '" + op.id +
-              "' runs again but is not recomputable");
-    }
+    const std::string at = "order[" + std::to_string(k) + "]: op '" + op.id + "'";
+    if (app == 1 && !op.recomputable) problem(at + " runs again but is not recomputable");
     if (first[v] < 0) first[v] = static_cast<int32_t>(k);
     last[v] = static_cast<int32_t>(k);
     Op a;
@@ -108,23 +135,37 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule)
     for (TensorIdx t : op.inputs) {
       const TensorIdx b = bound(t);
       if (b == kUnbound) {
-        problem("order[" + std::to_string(k) + "]: op '" + op.id + "' reads tensor '" +
-                g.tensors[t].id + "' before any appearance produced it");
+        problem(at + " reads tensor '" + g.tensors[t].id + "' before any appearance produced it");
+      } else if (stale(t)) {
+        problem(at + " reads tensor '" + g.tensors[t].id + "' after " + overwritten(t) +
+                ": an in-place write must be the last read of the old contents");
       }
       use(b);
     }
+    // Outputs written in place (bound to the instance their input is bound to, at the version
+    // this appearance's write makes), then new instances, then aliases (of either, or of
+    // anything bound before: an alias keeps the version of what it views, so a view of the
+    // old contents made here is stale for every later reader). The versions are bumped last.
+    written_here.clear();
     for (TensorIdx t : op.outputs) {
-      const TensorIdx base = g.tensors[t].alias_of;
-      if (base >= 0) {  // an alias binds to the instance its base is bound to now
-        const TensorIdx b = bound(base);
-        if (b == kUnbound) {
-          problem("order[" + std::to_string(k) + "]: op '" + op.id + "' outputs an alias of '" +
-                  g.tensors[base].id + "' before any appearance produced it");
-        }
-        binding[t] = b;
-        use(b);
+      if (written_over[t] < 0) continue;
+      const TensorIdx u = written_over[t];
+      const TensorIdx b = bound(u);
+      binding[t] = b;
+      bound_at[t] = static_cast<int32_t>(k);
+      if (b < 0) continue;  // unbound (a problem above) or resident (refused by the reader)
+      if (std::find(written_here.begin(), written_here.end(), b) != written_here.end()) {
+        problem(at + " writes two outputs over one instance (the one of '" + g.tensors[u].id +
+                "'), '" + g.tensors[t].id + "' and another (plan field inplace)");
         continue;
       }
+      written_here.push_back(b);
+      writer[b] = {static_cast<int32_t>(k), t};
+      bound_version[t] = version[b] + 1;
+      use(b);
+    }
+    for (TensorIdx t : op.outputs) {
+      if (g.tensors[t].alias_of >= 0 || written_over[t] >= 0) continue;
       Tensor c;
       c.id = app == 0 ? g.tensors[t].id : g.tensors[t].id + "#" + std::to_string(app);
       c.name = g.tensors[t].name;
@@ -133,11 +174,33 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule)
       c.size = g.tensors[t].size;
       c.producer = here;
       binding[t] = static_cast<TensorIdx>(x.tensors.size());
+      bound_version[t] = 0;
+      bound_at[t] = static_cast<int32_t>(k);
       a.outputs.push_back(binding[t]);
       x.tensors.push_back(std::move(c));
+      version.push_back(0);
+      writer.push_back({-1, -1});
       ig.tensor_of.push_back(t);
       ig.instance.push_back(app);
     }
+    for (TensorIdx t : op.outputs) {
+      const TensorIdx base = g.tensors[t].alias_of;
+      if (base < 0) continue;
+      // An alias binds to the instance its base is bound to now.
+      const TensorIdx b = bound(base);
+      if (b == kUnbound) {
+        problem(at + " outputs an alias of '" + g.tensors[base].id +
+                "' before any appearance produced it");
+      } else if (bound_at[nearest[base]] != static_cast<int32_t>(k) && stale(base)) {
+        problem(at + " outputs an alias of '" + g.tensors[base].id + "' after " +
+                overwritten(base) + ": an in-place write must be the last read of the old contents");
+      }
+      binding[t] = b;
+      bound_at[t] = static_cast<int32_t>(k);
+      if (b >= 0) bound_version[t] = bound_version[nearest[base]];
+      use(b);
+    }
+    for (TensorIdx b : written_here) ++version[b];
     std::sort(a.inputs.begin(), a.inputs.end());
     a.inputs.erase(std::unique(a.inputs.begin(), a.inputs.end()), a.inputs.end());
     x.ops.push_back(std::move(a));
@@ -153,6 +216,14 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule)
         problem("order: op '" + g.ops[w].id + "' (order[" + std::to_string(first[w]) +
                 "]) runs before an appearance of op '" + g.ops[v].id + "' (order[" +
                 std::to_string(last[v]) + "]) that it must follow (after)");
+      }
+    }
+  }
+  if (ig.problem_count == 0) {
+    for (TensorIdx t : g.outputs) {
+      if (stale(t)) {
+        problem("outputs: graph output '" + g.tensors[t].id + "' is overwritten: " + overwritten(t) +
+                "; a graph output's contents must survive the step");
       }
     }
   }
@@ -272,6 +343,20 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     if (!it->is_object()) r.fail("recompute_offsets", "", "must be an object mapping tensor ids to arrays of bytes");
     jrecompute = &*it;
   }
+  const nlohmann::json* jinplace = &kEmptyObject;
+  if (auto it = doc.find("inplace"); it != doc.end()) {
+    if (!it->is_object()) {
+      r.fail("inplace", "", "must be an object mapping output tensor ids to the input tensor ids "
+                            "they are written over, got " + it->dump());
+    }
+    for (const auto& [out, in] : it->items()) {
+      if (!in.is_string()) {
+        r.fail("inplace", out, "must map output '" + out + "' to the id of the input tensor it is "
+                               "written over, got " + in.dump());
+      }
+    }
+    jinplace = &*it;
+  }
   const nlohmann::json* jworkspace = &kEmptyObject;
   if (auto it = doc.find("workspace_offsets"); it != doc.end()) {
     if (!it->is_object()) r.fail("workspace_offsets", "", "must be an object mapping op ids to arrays of bytes");
@@ -297,6 +382,51 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   if (auto it = doc.find("graph"); it != doc.end() && it->is_string() && it->get<std::string>() != g.name) {
     problem("plan is for graph '" + it->get<std::string>() + "', not '" + g.name + "'");
   }
+
+  // In-place writes: each pair one of its op's permissions (GRAPH_FORMAT.md plan field inplace).
+  std::vector<InplacePair> pairs;
+  std::vector<TensorIdx> written_over(g.tensors.size(), -1);
+  if (!v2 && !jinplace->empty()) {
+    problem("inplace: a plan that writes outputs over inputs has version 2 (this plan says "
+            "version 1)");
+  }
+  for (const auto& [out, in] : jinplace->items()) {
+    const auto ot = g.tensor_index.find(out);
+    if (ot == g.tensor_index.end()) {
+      problem("inplace: unknown tensor '" + out + "'");
+      continue;
+    }
+    const std::string& in_id = in.get_ref<const std::string&>();
+    const auto it = g.tensor_index.find(in_id);
+    if (it == g.tensor_index.end()) {
+      problem("inplace." + out + ": unknown tensor '" + in_id + "'");
+      continue;
+    }
+    const TensorIdx t = ot->second, u = it->second;
+    const OpIdx v = g.tensors[t].producer;
+    if (v < 0) {
+      problem("inplace." + out + ": tensor '" + out + "' is not an output of any op");
+      continue;
+    }
+    const Op& op = g.ops[v];
+    bool listed = false;
+    std::string perms;
+    for (const auto& [i, j] : op.inplace) {
+      const TensorIdx pi = op.inputs[static_cast<size_t>(i)], pj = op.outputs[static_cast<size_t>(j)];
+      listed = listed || (pi == u && pj == t);
+      perms += (perms.empty() ? "" : ", ") + g.tensors[pj].id + " over " + g.tensors[pi].id;
+    }
+    if (!listed) {
+      problem("inplace." + out + ": op '" + op.id + "' may not write '" + out + "' over '" + in_id +
+              "': not one of its permissions (its inplace: " + (perms.empty() ? "none" : perms) + ")");
+      continue;
+    }
+    pairs.push_back({t, u, v});
+    written_over[t] = u;
+  }
+  std::sort(pairs.begin(), pairs.end(), [](const InplacePair& a, const InplacePair& b) {
+    return a.op != b.op ? a.op < b.op : a.output < b.output;
+  });
 
   // Order: a permutation of the ops (version 1), every op at least once (version 2).
   const int32_t n = g.num_ops();
@@ -338,12 +468,13 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   // instance graph would refuse it), so the layout's problems are listed too.
   InstanceGraph ig;
   if (v2 || order_respects_dependencies) {
-    ig = instance_graph(g, order);
+    ig = instance_graph(g, order, pairs);
     for (const std::string& p : ig.problems) problem(p);
     rep.problem_count += ig.problem_count - ig.problems.size();
     if (ig.problem_count > 0) return rep;
   } else {
-    ig.graph = g;  // the graph's own storages over the plan's (invalid) order
+    // the graph's own storages (with the plan's in-place writes) over the plan's (invalid) order
+    ig.graph = pairs.empty() ? g : apply_inplace(g, pairs);
     Order permuted = order;
     ig.graph.ops.clear();
     for (OpIdx v : permuted) ig.graph.ops.push_back(g.ops[v]);
@@ -404,16 +535,22 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     }
     return it->second;
   };
+  auto written_in_place = [&](const std::string& field, TensorIdx t) {
+    if (written_over[t] < 0) return false;
+    problem(field + ": tensor '" + g.tensors[t].id + "' is written in place over '" +
+            g.tensors[written_over[t]].id + "' (plan field inplace) and has no storage of its own");
+    return true;
+  };
   for (const auto& [id, value] : joffsets.items()) {
     const TensorIdx t = root_storage("offsets", id);
-    if (t < 0) continue;
+    if (t < 0 || written_in_place("offsets." + id, t)) continue;
     auto it = instance_storage.find(key(t, 0));
     if (it != instance_storage.end()) place(it->second, value, "offsets." + id, id, "storage '" + id + "'");
   }
   for (const auto& [id, list] : jrecompute->items()) {
     if (!list.is_array()) r.fail("recompute_offsets." + id, id, "must be an array of offsets in bytes");
     const TensorIdx t = root_storage("recompute_offsets", id);
-    if (t < 0) continue;
+    if (t < 0 || written_in_place("recompute_offsets." + id, t)) continue;
     for (size_t k = 0; k < list.size(); ++k) {
       auto it = instance_storage.find(key(t, static_cast<int64_t>(k) + 1));
       const std::string what = "instance " + std::to_string(k + 1) + " of '" + id + "'";
@@ -525,6 +662,7 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
             " (a bug in the bound)");
   }
   if (rep.valid) {
+    rep.inplace = std::move(pairs);
     rep.instance_offsets = std::move(offsets);
     rep.instances = std::make_shared<const InstanceGraph>(std::move(ig));
   }
