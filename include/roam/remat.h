@@ -65,6 +65,14 @@
 //  Time: the whole call ends by the earlier of options.deadline and start +
 //  time_limit_seconds (the plan without recomputation gets at most a quarter); a search cut
 //  short by it is reported (RematStats::time_limited, BudgetInfeasible::time_limited).
+//  In-place permissions (GRAPH_FORMAT.md op field `inplace`): the plan without recomputation
+//  is make_plan's (every write its order allows); the candidates are made, expanded and planned
+//  on the forced graph (roam/inplace.h), where program order's writes are aliases, so that a
+//  recomputed write binds to the recomputed instance of its input; such an op is recomputed
+//  only with the producers of its input (remat_internal.h, Structure::clone_with). The plans
+//  carry the forced writes (plan field `inplace`) and are checked against the graph before they
+//  are returned (planned again without the permissions should one fail: a bug). The lower
+//  bounds are those of the graph with in-place writes allowed.
 // Not (yet) done: nested recomputation (an activation recomputed twice, Rotor's multi-level
 // schedules on graphs); the chain solver of remat_chain.h is exact for pure chains.
 #pragma once

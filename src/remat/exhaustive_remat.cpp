@@ -28,7 +28,8 @@ struct Found {
 
 std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& request,
                                            uint64_t budget_bytes, uint64_t lower_bound,
-                                           bool* applicable, uint64_t* smallest_budget) {
+                                           bool* applicable, uint64_t* smallest_budget,
+                                           const std::vector<InplacePair>& inplace) {
   const int32_t n = g.num_ops();
   int32_t recomputable = 0;
   for (const Op& op : g.ops) recomputable += op.recomputable ? 1 : 0;
@@ -55,7 +56,7 @@ std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& re
   bool gave_up = false;
   int32_t done = 0;  // ops that ran at least once
   auto evaluate = [&] {
-    const InstanceGraph ig = instance_graph(g, schedule);
+    const InstanceGraph ig = instance_graph(g, schedule, inplace);
     if (ig.problem_count > 0) return;
     const uint64_t tp = theoretical_peak(ig.graph, ig.graph.program_order(), alignment);
     Found f;
@@ -101,7 +102,7 @@ std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& re
   PlanRequest req = request;
   req.order = "program";
   auto arena_of = [&](const std::vector<OpIdx>& sched) {
-    const InstanceGraph ig = instance_graph(g, sched);
+    const InstanceGraph ig = instance_graph(g, sched, inplace);
     return make_plan_for_order(ig.graph, ig.graph.program_order(), 0.0, req, lower_bound).plan.stats.arena_bytes;
   };
   if (smallest_budget && !found.empty()) {  // the least peak among the least-Tp schedules
@@ -127,7 +128,7 @@ std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& re
       r.plan.order_method = "exhaustive";
       return r;
     }
-    const InstanceGraph ig = instance_graph(g, f.schedule);
+    const InstanceGraph ig = instance_graph(g, f.schedule, inplace);
     PlanResult xr = make_plan_for_order(ig.graph, ig.graph.program_order(), 0.0, req, lower_bound);
     if (g.resident_bytes + xr.plan.stats.arena_bytes > budget_bytes) continue;
     Expanded e;
@@ -137,7 +138,10 @@ std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& re
     e.instance = ig.instance;
     e.graph = ig.graph;
     PlanResult r;
-    r.plan = to_v2(g, e, xr.plan, lower_bound);
+    // With in-place writes the plan's storages are those of g with the writes applied (plan.h).
+    r.plan = inplace.empty() ? to_v2(g, e, xr.plan, lower_bound)
+                             : to_v2(apply_inplace(g, inplace), e, xr.plan, lower_bound);
+    r.plan.inplace = inplace;
     r.plan.order_method = "exhaustive";
     r.reserved_bytes = r.plan.stats.arena_bytes;
     return r;

@@ -10,7 +10,7 @@
 
 namespace roam::remat_internal {
 
-Structure analyse(const Graph& g) {
+Structure analyse(const Graph& g, const std::vector<InplacePair>& forced) {
   Structure st;
   const int32_t n = g.num_ops();
   const auto nt = static_cast<TensorIdx>(g.tensors.size());
@@ -76,6 +76,23 @@ Structure analyse(const Graph& g) {
       if (g.ops[w].phase == Phase::kForward) ok = false;
     }
     st.cloneable[v] = ok;
+  }
+  // An in-place write runs again only over a new instance of its input: the producers along the
+  // input's alias chain run again with it (remat_internal.h, Structure::clone_with).
+  st.clone_with.assign(n, {});
+  for (const InplacePair& p : forced) {
+    auto& with = st.clone_with[p.op];
+    for (TensorIdx x = st.nearest[p.input]; x >= 0;) {
+      const OpIdx w = g.tensors[x].producer;
+      if (w >= 0 && w != p.op) with.push_back(w);
+      const TensorIdx base = g.tensors[x].alias_of;
+      x = base >= 0 ? st.nearest[base] : -1;
+    }
+    std::sort(with.begin(), with.end());
+    with.erase(std::unique(with.begin(), with.end()), with.end());
+  }
+  for (OpIdx v : st.forward) {  // requirements precede v in program order
+    for (OpIdx r : st.clone_with[v]) st.cloneable[v] = st.cloneable[v] && st.cloneable[r];
   }
   return st;
 }

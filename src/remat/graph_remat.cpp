@@ -127,6 +127,12 @@ Candidate make_candidate(const Graph& g, const Structure& st, const std::vector<
     }
   }
   std::sort(set.begin(), set.end());
+  // An op whose recomputation needs others recomputed with it (Structure::clone_with: an
+  // in-place write) stays out unless they are in: program order, so that it cascades.
+  for (OpIdx v : set) {
+    if (!st.closed(v, in_set)) in_set[v] = 0;
+  }
+  set.erase(std::remove_if(set.begin(), set.end(), [&](OpIdx v) { return !in_set[v]; }), set.end());
   for (auto it = set.rbegin(); it != set.rend(); ++it) {
     const OpIdx v = *it;
     if (!needed[v] && !st.backward_read[v]) continue;
@@ -193,9 +199,17 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
   return remat_internal::plan_with_budget(g, request, budget_bytes, stats_out, true);
 }
 
-PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& request,
-                                            uint64_t budget_bytes, RematStats* stats_out,
-                                            bool defer_layouts) {
+namespace {
+
+// The method of remat.h on the planning graph `g`, for the graph `orig` the plan is for: `g` is
+// `orig` itself, or its forced graph (roam/inplace.h) whose in-place writes `forced` are aliases
+// there. What is proven or planned without recomputation is done on `orig` (its lower bounds
+// with in-place writes allowed, make_plan of it); the candidates, their expanded graphs and
+// plans on `g`, their plans carrying `forced` (the storages of `g` are those of orig with those
+// writes applied).
+PlanResult plan_core(const Graph& g, const Graph& orig, const std::vector<InplacePair>& forced,
+                     const PlanRequest& request, uint64_t budget_bytes, RematStats* stats_out,
+                     bool defer_layouts) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -218,7 +232,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   // the budget. Below resident + the proven lower bound of g (no order of g fits below it) it
   // cannot, so it is planned only when the smallest budget met must be named and no schedule
   // tried was lower than g's quick plan (lescea order, best of llfb and best_fit).
-  const uint64_t bound = g.resident_bytes + recompute_lower_bound(g, alignment);
+  const uint64_t bound = g.resident_bytes + recompute_lower_bound(orig, alignment);
   const uint64_t rlb = bound - g.resident_bytes;
   const Clock::time_point base_deadline = std::min(deadline, start + (deadline - start) / 4);
   std::optional<PlanResult> base;
@@ -227,7 +241,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
       PlanRequest base_request = request;
       base_request.options.deadline = base_deadline;
       base_request.options.time_limit_seconds = std::max(limit / 4, 1e-3);
-      base = make_plan(g, base_request);
+      base = make_plan(orig, base_request);
       base->plan.options["budget_bytes"] = budget_bytes;
     }
     return *base;
@@ -235,13 +249,18 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   uint64_t base_peak = 0;
   uint64_t norecompute_bound = 0;  // resident + g's proven lower bound
   {
+    // The quick plan of orig as make_plan's baseline pair would make it: the lescea order of
+    // the planning graph with the in-place writes it allows.
     Order order = order_lescea(g, alignment);
-    const Liveness live = compute_liveness(g, order);
+    Graph applied;
+    if (has_inplace(orig)) applied = apply_inplace(orig, inplace_valid_in(orig, order));
+    const Graph& quick_graph = has_inplace(orig) ? applied : g;
+    const Liveness live = compute_liveness(quick_graph, order);
     base_peak = g.resident_bytes +
-                std::min(layout_llfb(g, live, alignment, base_deadline).reserved_bytes,
-                         layout_best_fit(g, live, alignment, base_deadline).reserved_bytes);
+                std::min(layout_llfb(quick_graph, live, alignment, base_deadline).reserved_bytes,
+                         layout_best_fit(quick_graph, live, alignment, base_deadline).reserved_bytes);
     norecompute_bound =
-        g.resident_bytes + lower_bound(g, alignment, &order, base_deadline);
+        g.resident_bytes + lower_bound(orig, alignment, &order, base_deadline);
     if (budget_bytes >= norecompute_bound || g.num_ops() <= remat_internal::kExhaustiveOps) {
       base_peak = plan_base().plan.stats.peak_bytes;
       if (base_peak <= budget_bytes) {
@@ -256,8 +275,8 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   // Tiny graphs: every schedule (exact).
   bool exhaustive = false;
   uint64_t exhaustive_smallest = 0;
-  if (auto r = remat_internal::exhaustive_remat(g, request, budget_bytes, rlb, &exhaustive,
-                                                &exhaustive_smallest)) {
+  if (auto r = remat_internal::exhaustive_remat(orig, request, budget_bytes, rlb, &exhaustive,
+                                                &exhaustive_smallest, forced)) {
     r->plan.options["budget_bytes"] = budget_bytes;
     r->plan.options["remat"] = {{"method", "exhaustive"}};
     r->plan.stats.solve_seconds = elapsed();
@@ -274,7 +293,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
                            bound, false);
   }
 
-  const Structure st = analyse(g);
+  const Structure st = analyse(g, forced);
   const std::vector<Span> units = find_units(g, st);
   stats.units = units.size();
   // Segmentations into about 1, 2, 4, ... segments of equal droppable bytes, and the prefixes of
@@ -539,6 +558,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   auto result = [&](Plan plan) {
     PlanResult r;
     r.plan = std::move(plan);
+    r.plan.inplace = forced;  // a plan of g: of orig with the forced writes
     r.plan.options["budget_bytes"] = budget_bytes;
     stats.time_limited = time_cut;
     r.plan.options["remat"] = {{"units", stats.units},
@@ -735,6 +755,31 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   report_timers(stats);
   if (stats_out) *stats_out = stats;
   throw BudgetInfeasible(budget_bytes, smallest, bound, time_cut);
+}
+
+}  // namespace
+
+PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& request,
+                                            uint64_t budget_bytes, RematStats* stats_out,
+                                            bool defer_layouts) {
+  if (!has_inplace(g)) return plan_core(g, g, {}, request, budget_bytes, stats_out, defer_layouts);
+  // With permissions: the candidates recompute on the forced graph, whose in-place writes are
+  // aliases (a recomputed write binds to the recomputed input instance; Structure::clone_with
+  // keeps its input's producers recomputed with it). The plan is checked against g before it is
+  // returned; should it fail (a bug), the graph is planned again without its permissions: no
+  // invalid plan leaves here.
+  const ForcedGraph f = force_inplace(g);
+  PlanResult r = plan_core(f.graph, g, f.pairs, request, budget_bytes, stats_out, defer_layouts);
+  const std::optional<uint64_t> proven =
+      r.plan.version == 1 ? std::optional<uint64_t>(r.plan.stats.lower_bound_bytes) : std::nullopt;
+  const ValidationReport rep = validate_plan(g, plan_to_json(g, r.plan), "(budget plan)", proven);
+  if (rep.valid) return r;
+  const std::string why = rep.problems.empty() ? std::string("?") : rep.problems.front();
+  const Graph plain = without_inplace(g);
+  PlanResult fallback = plan_core(plain, plain, {}, request, budget_bytes, stats_out, defer_layouts);
+  fallback.plan.options["inplace_fallback"] = "the plan with in-place writes failed validation (" +
+                                              why + "); planned without them";
+  return fallback;
 }
 
 }  // namespace roam

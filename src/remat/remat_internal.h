@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "roam/graph.h"
+#include "roam/inplace.h"
 #include "roam/layout.h"
 #include "roam/plan.h"
 #include "roam/remat.h"
@@ -36,9 +37,26 @@ struct Structure {
   std::vector<char> cloneable;         // per op
   std::vector<char> backward_read;     // per op: a non-forward op reads one of its outputs
   std::vector<std::vector<OpIdx>> after_rev;  // per op v: ops w that list v in `after`
+  /// Per op v: the ops that must be recomputed with v (empty for most). On a forced graph
+  /// (roam/inplace.h) an op that writes an output over an input (`forced` of analyse) may run
+  /// again only on a new instance of that input: the producers along the input's alias chain
+  /// (its views' producers and its root's) are recomputed too, or v's recomputation would write
+  /// over contents its first run already overwrote. cloneable[v] requires theirs.
+  std::vector<std::vector<OpIdx>> clone_with;
+  /// Whether v may be recomputed when the ops with allowed[x] may: allowed[v] and every op of
+  /// clone_with[v] allowed.
+  bool closed(OpIdx v, const std::vector<char>& allowed) const {
+    if (!allowed[v]) return false;
+    for (OpIdx r : clone_with[v]) {
+      if (!allowed[r]) return false;
+    }
+    return true;
+  }
 };
 
-Structure analyse(const Graph& g);
+/// `forced`: the in-place writes of a forced graph `g` (ForcedGraph::pairs; their outputs are
+/// aliases of their inputs in `g`), for clone_with.
+Structure analyse(const Graph& g, const std::vector<InplacePair>& forced = {});
 
 /// One point of a span's time-versus-memory staircase: the ops recomputed (program order, a
 /// closed set: every recomputed op's inputs are recomputed too or held), their seconds, and the
@@ -134,9 +152,13 @@ PlanResult plan_with_budget(const Graph& g, const PlanRequest& request, uint64_t
 /// schedule fits); `smallest_budget` (optional): the least peak among the least-Tp schedules.
 constexpr int32_t kExhaustiveOps = 8;
 constexpr int32_t kExhaustiveRecomputable = 4;
+/// `inplace`: in-place writes made at every appearance of their ops (the forced pairs of a graph
+/// with permissions; instance_graph checks them on every schedule, which is skipped where they
+/// break the rule); a version-2 plan found then carries them.
 std::optional<PlanResult> exhaustive_remat(const Graph& g, const PlanRequest& request,
                                            uint64_t budget_bytes, uint64_t lower_bound,
                                            bool* applicable = nullptr,
-                                           uint64_t* smallest_budget = nullptr);
+                                           uint64_t* smallest_budget = nullptr,
+                                           const std::vector<InplacePair>& inplace = {});
 
 }  // namespace roam::remat_internal

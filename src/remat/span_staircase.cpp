@@ -75,7 +75,7 @@ std::vector<OpIdx> closure(const Graph& g, const Structure& st, int32_t begin, i
   std::vector<OpIdx> out;
   for (int32_t i = end - 1; i >= begin; --i) {
     const OpIdx v = st.forward[i];
-    if (!allowed[v] || (!needed[v] && !st.backward_read[v])) continue;
+    if (!st.closed(v, allowed) || (!needed[v] && !st.backward_read[v])) continue;
     needed[v] = 1;
     out.push_back(v);
     auto need = [&](TensorIdx t) {
