@@ -40,7 +40,9 @@ struct Headline {
 };
 
 /// Y and W of `g` at `alignment` (the other fields 0): Tp of g.program_order() and the
-/// pytorch caching-allocator simulation's reserved bytes on it, each plus g.resident_bytes.
+/// pytorch caching-allocator simulation's reserved bytes on it, each plus g.resident_bytes,
+/// with every in-place write program order allows (roam/inplace.h: the writes eager PyTorch
+/// makes where the permissions come from its in-place operators).
 Headline headline_reference(const Graph& g, uint64_t alignment);
 
 /// The one-line headline (no trailing newline).

@@ -93,6 +93,12 @@ struct VizOptions {
   /// Per storage (empty: none): an instance that a recomputation created (plan version 2),
   /// drawn as its own kind.
   std::vector<bool> recomputed;
+  /// View 2 orders this graph instead of the one drawn, each order with the in-place writes it
+  /// allows (roam/inplace.h): set when the graph drawn is apply_inplace(g, the plan's writes).
+  const Graph* orders_graph = nullptr;
+  /// Per storage (empty: none): one more line of its hover text, e.g. which outputs are written
+  /// in place into it.
+  std::vector<std::string> storage_notes;
 };
 
 /// The document text (SVG or HTML per options.file_name) for a plan given as its order, one

@@ -13,6 +13,7 @@
 
 #include "roam/analysis.h"
 #include "roam/graph.h"
+#include "roam/inplace.h"
 #include "roam/order.h"
 #include "roam/validate.h"
 #include "roam/viz.h"
@@ -83,7 +84,9 @@ int run_viz(const VizArgs& a) {
     for (const std::string& p : rep.problems) std::cerr << "  " << p << "\n";
     return kExitInvalid;
   }
-  if (doc.at("version") == 2) {  // draw the instance graph: recomputed instances are "id#k"
+  if (doc.at("version") == 2 && rep.recomputed.recomputations > 0) {
+    // draw the instance graph: recomputed instances are "id#k", in-place outputs in the block of
+    // the instance they are written over
     const Graph& x = rep.instances->graph;
     vo.orders = {"program"};  // the plan's own schedule; other orders do not recompute
     vo.program_label = "this plan's schedule (with recomputation)";
@@ -108,12 +111,25 @@ int run_viz(const VizArgs& a) {
               << " steps\n";
     return 0;
   }
-  // A valid plan: every op once in `order`, one offset per storage.
+  // A valid plan: every op once in `order`, one offset per storage (of the graph with the plan's
+  // in-place writes applied: an in-place output draws in the block of the input it overwrites,
+  // and view 2 draws every order with the writes it allows).
   Order order;
   for (const auto& id : doc.at("order")) order.push_back(g.op_index.at(id.get<std::string>()));
-  std::vector<uint64_t> offsets(g.storages.size(), 0);
+  const Graph applied = rep.inplace.empty() ? Graph{} : apply_inplace(g, rep.inplace);
+  const Graph& x = rep.inplace.empty() ? g : applied;
+  if (!rep.inplace.empty()) {
+    vo.orders_graph = &g;
+    vo.storage_notes.assign(x.storages.size(), "");
+    for (const InplacePair& p : rep.inplace) {
+      std::string& note = vo.storage_notes[x.storage_of[p.output]];
+      note += (note.empty() ? "written in place: " : ", ") + g.tensors[p.output].id + " over " +
+              g.tensors[p.input].id + " by op " + g.ops[p.op].id;
+    }
+  }
+  std::vector<uint64_t> offsets(x.storages.size(), 0);
   for (const auto& [id, value] : doc.at("offsets").items()) {
-    offsets[g.storage_of[g.tensor_index.at(id)]] = value.get<uint64_t>();
+    offsets[x.storage_of[x.tensor_index.at(id)]] = value.get<uint64_t>();
   }
   const auto alignment = doc.at("alignment").get<uint64_t>();
   if (const auto m = doc.find("method"); m != doc.end() && m->is_object()) {
@@ -123,12 +139,17 @@ int run_viz(const VizArgs& a) {
   vo.lower_bound_bytes = rep.recomputed.lower_bound_bytes;
 
   progress("rendering");
-  const std::string text = render_viz(g, order, offsets, alignment, vo);
+  const std::string text = render_viz(x, order, offsets, alignment, vo);
   write_text_atomic(a.out_path, text);
   const size_t num_orders = a.orders.empty() ? order_methods().size() : a.orders.size();
   std::cout << "wrote " << a.out_path << " (" << (text.size() + 1023) / 1024 << " KiB): arena of "
-            << g.storages.size() << " storages over " << g.ops.size() << " steps, live bytes of "
-            << num_orders << " orders\n";
+            << x.storages.size() << " storages over " << x.ops.size() << " steps, live bytes of "
+            << num_orders << " orders";
+  if (!rep.inplace.empty()) {
+    std::cout << "; " << rep.inplace.size() << " in-place write" << (rep.inplace.size() == 1 ? "" : "s")
+              << " drawn in the blocks they overwrite";
+  }
+  std::cout << "\n";
   return 0;
 }
 
@@ -143,8 +164,10 @@ void add_viz_verb(CLI::App& app, Verbs& verbs) {
       "module) and the live bytes per op index of several orders of GRAPH, into one "
       "self-contained .svg or .html file (no network). In the HTML: hover a rectangle for its "
       "tensor, op and module; the mouse wheel zooms the op-index axis, dragging pans, \"zoom to "
-      "the peak\" jumps there. Version-2 plans are drawn over their instance graph "
-      "(recomputed instances named id#k). The plan is validated first: exit 1 when invalid, 2 "
+      "the peak\" jumps there. Version-2 plans that recompute are drawn over their instance graph "
+      "(recomputed instances named id#k); an output written in place (plan field inplace) is "
+      "drawn in the block of the input it overwrites, and view 2 draws every order with the "
+      "in-place writes it allows. The plan is validated first: exit 1 when invalid, 2 "
       "when unreadable; nothing is written on any error.");
   cmd->add_option("GRAPH", args.graph_path, "graph file")->required();
   cmd->add_option("PLAN", args.plan_path, "plan file (roam-plan v1 or v2)")->required();

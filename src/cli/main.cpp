@@ -20,6 +20,7 @@
 #include "roam/analysis.h"
 #include "roam/graph.h"
 #include "roam/headline.h"
+#include "roam/inplace.h"
 #include "roam/layout.h"
 #include "roam/options.h"
 #include "roam/order.h"
@@ -102,6 +103,17 @@ nlohmann::json checked_plan_json(const roam::Graph& g, const roam::Plan& plan,
   }
   if (report) *report = std::move(rep);
   return doc;
+}
+
+/// The bound on Tp over the orders of the graph (no recomputation, in-place writes allowed): a
+/// version-1 plan's lower_bound_bytes, or what a plan of version 2 only because it writes in
+/// place records in method.options.order_lower_bound_bytes (roam/plan.h).
+uint64_t order_lower_bound(const roam::Plan& plan) {
+  if (auto it = plan.options.find("order_lower_bound_bytes");
+      it != plan.options.end() && it->is_number_unsigned()) {
+    return it->get<uint64_t>();
+  }
+  return plan.stats.lower_bound_bytes;
 }
 
 /// One line: what is live at the plan's peak step (the op there and its module, how many
@@ -277,10 +289,13 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
   if (!out_path.empty()) roam::write_json_file(out_path, doc, 1);
   progress("headline");
   const roam::PlanStats& st = r.plan.stats;
+  // A plan of version 2 only because it writes in place records the bound over all version-2
+  // schedules as lower_bound_bytes; the bound over orders (no recomputation) is in its options.
+  const uint64_t order_bound = order_lower_bound(r.plan);
   // The headline first: the plan against what the user runs today (include/roam/headline.h).
   roam::Headline h = roam::headline_reference(g, req.options.alignment);
   h.peak_bytes = st.resident_bytes + std::max(r.reserved_bytes, st.arena_bytes);
-  h.lower_bound_bytes = st.resident_bytes + st.lower_bound_bytes;
+  h.lower_bound_bytes = st.resident_bytes + (st.recomputations == 0 ? order_bound : st.lower_bound_bytes);
   if (budget) {
     h.budget_bytes = *budget;
     h.recomputations = st.recomputations;
@@ -297,6 +312,14 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
             << "resident       " << mib(st.resident_bytes) << " MiB\n"
             << "Tp             " << mib(st.theoretical_peak_bytes) << " MiB\n"
             << "arena          " << mib(st.arena_bytes) << " MiB\n";
+  if (!r.plan.inplace.empty()) {
+    std::cout << "in place       " << r.plan.inplace.size() << " in-place write"
+              << (r.plan.inplace.size() == 1 ? "" : "s")
+              << " (an output written over an input that dies there, op field inplace; plan "
+                 "version 2, plan field inplace)\n";
+  } else if (roam::has_inplace(g)) {
+    std::cout << "in place       none (the graph permits some, the plan's order allows none)\n";
+  }
   if (r.reserved_bytes != st.arena_bytes) {
     std::cout << "reserved       " << mib(r.reserved_bytes)
               << " MiB (caching-allocator segments; held = resident + reserved = "
@@ -311,27 +334,38 @@ int cmd_plan(const std::string& graph_path, const std::string& out_path,
     std::cout << "note           the time limit stopped the layout search: the layout is valid "
                  "but may not be the best roam finds with more time (--time-limit)\n";
   }
+  const bool recomputes = st.recomputations > 0;
+  const uint64_t shown_bound = recomputes ? st.lower_bound_bytes : order_bound;
   std::cout << "peak           " << mib(st.peak_bytes) << " MiB (resident + arena)\n"
-            << "Tp bound       " << mib(st.lower_bound_bytes)
-            << (r.plan.version >= 2
+            << "Tp bound       " << mib(shown_bound)
+            << (recomputes
                     ? " MiB (no schedule's Tp is lower, recomputing as much as it likes: a floor "
                       "for any budget, not for this plan's recomputations; "
-                    : " MiB (no order's Tp is lower; ")
+                    : roam::has_inplace(g) ? " MiB (no order's Tp is lower, in-place writes included; "
+                                           : " MiB (no order's Tp is lower; ")
             << "resident + this = the headline's lower bound; Tp / bound = "
-            << (st.lower_bound_bytes ? fixed(static_cast<double>(st.theoretical_peak_bytes) /
-                                                 static_cast<double>(st.lower_bound_bytes), 4)
-                                     : std::string("n/a"))
-            << ")\n"
-            << "fragmentation  " << fixed(100.0 * st.fragmentation, 2) << " %\n"
+            << (shown_bound ? fixed(static_cast<double>(st.theoretical_peak_bytes) /
+                                        static_cast<double>(shown_bound), 4)
+                            : std::string("n/a"))
+            << ")\n";
+  if (!recomputes && r.plan.version >= 2) {
+    std::cout << "v2 bound       " << mib(st.lower_bound_bytes)
+              << " MiB (the plan file's lower_bound_bytes: a version-2 plan's bound holds for every "
+                 "schedule, recomputation allowed; the order bound above is "
+                 "method.options.order_lower_bound_bytes)\n";
+  }
+  std::cout << "fragmentation  " << fixed(100.0 * st.fragmentation, 2) << " %\n"
             << "seconds        " << fixed(st.solve_seconds, 3) << "\n";
   if (budget) {
     std::cout << "budget         " << mib(*budget) << " MiB (peak <= budget: met)\n";
-    if (r.plan.version >= 2) {
+    if (recomputes) {
       std::cout << "recomputation  " << st.recomputations << " op runs, " << fixed(st.recompute_seconds, 6)
                 << " s of " << fixed(st.compute_seconds, 6) << " s compute (overhead "
                 << (st.compute_seconds > 0 ? fixed(100.0 * st.recompute_seconds / st.compute_seconds, 2) + " %"
                                            : std::string("n/a: the graph has no op costs"))
                 << "; plan version 2)\n";
+    } else if (r.plan.version >= 2) {
+      std::cout << "recomputation  none needed (plan version 2 for its in-place writes)\n";
     } else {
       std::cout << "recomputation  none needed (plan version 1)\n";
     }
@@ -366,6 +400,11 @@ int cmd_validate(const std::string& graph_path, const std::string& plan_path) {
             << " MiB (resident + arena), Tp lower bound " << mib(st.lower_bound_bytes)
             << " MiB (the arena part, as Tp), fragmentation "
             << fixed(100.0 * st.fragmentation, 2) << " %\n";
+  if (!rep.inplace.empty()) {
+    std::cout << "in place " << rep.inplace.size() << " write" << (rep.inplace.size() == 1 ? "" : "s")
+              << " (plan field inplace), each the last read of the contents it overwrites at every "
+                 "appearance of its op\n";
+  }
   return 0;
 }
 
@@ -395,10 +434,15 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
     double seconds;
   };
   std::vector<Ordered> ordered;
+  // With in-place permissions every order method runs on the forced graph (roam/inplace.h, as
+  // make_order does), made once here.
+  std::optional<roam::ForcedGraph> forced;
+  if (roam::has_inplace(g)) forced = roam::force_inplace(g);
+  const roam::Graph& og = forced ? forced->graph : g;
   for (const std::string& order_method : orders) {
     progress("ordering " + order_method);
     const auto order_start = std::chrono::steady_clock::now();
-    roam::Order order = roam::make_order(g, order_method, options);
+    roam::Order order = roam::make_order(og, order_method, options);
     ordered.push_back({order_method, std::move(order),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - order_start).count()});
   }
@@ -409,7 +453,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   const roam::Order* hint = nullptr;
   uint64_t hint_tp = 0;
   for (const Ordered& o : ordered) {
-    const uint64_t tp = roam::theoretical_peak(g, o.order, alignment);
+    const uint64_t tp = roam::inplace_peak(g, o.order, alignment);
     if (hint == nullptr || tp < hint_tp) {
       hint = &o.order;
       hint_tp = tp;
@@ -521,7 +565,14 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
   }
   std::cout << "graph " << g.name << ": " << g.ops.size() << " ops, " << g.storages.size()
             << " storages, resident " << mib(g.resident_bytes) << " MiB, Tp bound " << mib(lb)
-            << " MiB, alignment " << alignment << " B\n";
+            << " MiB" << (roam::has_inplace(g) ? " (over every order, in-place writes included)" : "")
+            << ", alignment " << alignment << " B\n";
+  if (roam::has_inplace(g)) {
+    std::cout << "in place: each row uses every in-place write its order allows (a row with any is "
+                 "a version-2 plan, its file's lower_bound_bytes the bound over every schedule, "
+                 "recomputation allowed: "
+              << mib(roam::recompute_lower_bound(g, alignment)) << " MiB)\n";
+  }
   // Distinct results (rows with the same Tp, arena and held bytes collapse into the first, by
   // held bytes), unless --all.
   struct Group {
@@ -635,6 +686,7 @@ int cmd_compare(const std::string& graph_path, const roam::PlanOptions& options,
                              {"fragmentation", st.fragmentation},
                              {"solve_seconds", st.solve_seconds},
                              {"order_seconds", row.order_seconds}});
+      if (roam::has_inplace(g)) doc["rows"].back()["inplace_writes"] = row.r.plan.inplace.size();
     }
     if (budget) doc["budget"] = budget_row;
     roam::write_json_file(creq.json_path, doc, 1);
@@ -764,7 +816,11 @@ int main(int argc, char** argv) {
       "caching allocator (simulated) = the segments it would hold on a GPU; lower bound: no "
       "order needs less; with --budget also the budget and the recompute overhead), then "
       "resident / Tp / arena / peak / lower bound (MiB), fragmentation (%) and seconds, and "
-      "write the plan (roam-plan v1, v2 with recomputation) with -o.\n"
+      "write the plan (roam-plan v1; v2 with recomputation or in-place writes) with -o. On a "
+      "graph whose ops carry `inplace` permissions (a functional capture), every order method "
+      "keeps the writes that program order allows and the plan uses every write its order "
+      "allows (an output written over an input that dies there; plan field inplace, version 2); "
+      "the output says how many.\n"
       "Exit 0 planned, 2 bad input (message names file, field, id; nothing written), 3 internal "
       "error or a --budget roam cannot meet (the message names the smallest budget it meets).");
   plan->add_option("GRAPH", graph_path, "graph file")->required();
@@ -802,8 +858,11 @@ int main(int argc, char** argv) {
   CLI::App* validate = app.add_subcommand(
       "validate",
       "Check PLAN against GRAPH: order respects every dependency, offsets aligned and no two "
-      "live storages overlap, stats equal the recount. Exit 0 valid, 1 invalid (first problems "
-      "listed), 2 unreadable.");
+      "live storages overlap, stats equal the recount; in version 2 also recomputations and "
+      "in-place writes (plan field inplace: each pair one of its op's permissions, the output "
+      "without an offset, and at every appearance the op the last reader of the contents it "
+      "overwrites: a later read, or a graph output, of the old contents is named with the op "
+      "that overwrote them). Exit 0 valid, 1 invalid (first problems listed), 2 unreadable.");
   validate->add_option("GRAPH", graph_path, "graph file")->required();
   validate->add_option("PLAN", plan_path, "plan file")->required();
 

@@ -100,11 +100,13 @@ PYBIND11_MODULE(_native, m) {
       "{valid, problems, recomputed}.");
   m.def("theoretical_peak", &roam_exec::theoretical_peak_json, py::arg("graph_json"),
         py::arg("order"), py::arg("alignment") = 64,
-        "Tp in bytes of an order given as op ids (ValueError if the order is not valid).");
+        "Tp in bytes of an order given as op ids, with every in-place write (op field inplace) "
+        "the order allows (ValueError if the order is not valid).");
   m.def("program_cuda_reserved", &roam_exec::program_cuda_reserved_json, py::arg("graph_json"),
         py::arg("alignment") = 64,
         "Bytes PyTorch's CUDA caching allocator would reserve (simulated) for the graph's own op "
-        "order, resident tensors excluded (the headline's GPU reference).");
+        "order with the in-place writes it allows, resident tensors excluded (the headline's GPU "
+        "reference).");
   m.def("order_methods", &roam_exec::order_method_names);
   m.def("layout_methods", &roam_exec::layout_method_names);
   m.def("cpu_allocator_is_roam", [] {

@@ -7,6 +7,7 @@
 
 #include "roam/analysis.h"
 #include "roam/graph.h"
+#include "roam/inplace.h"
 #include "roam/layout.h"
 #include "roam/order.h"
 #include "roam/plan.h"
@@ -97,8 +98,11 @@ std::string validate_json(const std::string& graph_json, const std::string& plan
 
 uint64_t program_cuda_reserved_json(const std::string& graph_json, uint64_t alignment) {
   const roam::Graph g = parse(graph_json);
-  const roam::Liveness live = roam::compute_liveness(g, g.program_order());
-  return roam::layout_pytorch(g, live, alignment).reserved_bytes;
+  const roam::Order program = g.program_order();
+  // The in-place writes program order allows are the ones eager PyTorch makes.
+  const roam::Graph x = roam::apply_inplace(g, roam::inplace_valid_in(g, program));
+  const roam::Liveness live = roam::compute_liveness(x, program);
+  return roam::layout_pytorch(x, live, alignment).reserved_bytes;
 }
 
 uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<std::string>& order,
@@ -112,7 +116,7 @@ uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<
     o.push_back(it->second);
   }
   if (!roam::is_topological(g, o)) throw std::invalid_argument("order is not a valid order");
-  return roam::theoretical_peak(g, o, alignment);
+  return roam::inplace_peak(g, o, alignment);
 }
 
 std::vector<std::string> order_method_names() { return roam::order_methods(); }

@@ -35,12 +35,15 @@ std::string plan_budget_json(const std::string& graph_json, const PlanCall& call
 /// "recomputed": {stats}} as JSON text. Throws roam::InputError for unreadable input.
 std::string validate_json(const std::string& graph_json, const std::string& plan_json);
 
-/// Theoretical peak of an order given as op ids (bytes, sizes rounded to `alignment`).
 /// Bytes PyTorch's CUDA caching allocator would reserve (simulated, layout "pytorch") for the
-/// graph's own op order, resident tensors excluded: the headline's GPU reference. RuntimeError
-/// for a bad graph.
+/// graph's own op order, resident tensors excluded, with every in-place write that order allows
+/// (roam::inplace_valid_in, as eager PyTorch makes them): the headline's GPU reference.
+/// RuntimeError for a bad graph.
 uint64_t program_cuda_reserved_json(const std::string& graph_json, uint64_t alignment);
 
+/// Theoretical peak of an order given as op ids (bytes, sizes rounded to `alignment`), with every
+/// in-place write the order allows (roam::inplace_peak; the plain Tp on a graph without
+/// `inplace` permissions).
 uint64_t theoretical_peak_json(const std::string& graph_json, const std::vector<std::string>& order,
                                uint64_t alignment);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "roam/analysis.h"
+#include "roam/inplace.h"
 #include "roam/layout.h"
 
 namespace roam {
@@ -16,8 +17,13 @@ std::string mib(uint64_t bytes) {
 }
 }  // namespace
 
-Headline headline_reference(const Graph& g, uint64_t alignment) {
-  const Order program = g.program_order();
+Headline headline_reference(const Graph& g_in, uint64_t alignment) {
+  const Order program = g_in.program_order();
+  // Program order with every in-place write it allows: where the graph's permissions are the
+  // framework's in-place operators (a functional capture), what eager PyTorch holds.
+  Graph applied;
+  if (has_inplace(g_in)) applied = apply_inplace(g_in, inplace_valid_in(g_in, program));
+  const Graph& g = has_inplace(g_in) ? applied : g_in;
   const Liveness live = compute_liveness(g, program);
   Headline h;
   h.cpu_program_bytes = g.resident_bytes + theoretical_peak(g, live, alignment);

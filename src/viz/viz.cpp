@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "roam/analysis.h"
+#include "roam/inplace.h"
 #include "roam/layout.h"
 #include "roam/order.h"
 
@@ -412,6 +413,9 @@ std::string arena_panel(const Ctx& c) {
     s += ", ";
     s += kind_label(c.kinds[i]);
     if (st.graph_output) s += ", graph output";
+    if (static_cast<size_t>(i) < c.opt.storage_notes.size() && !c.opt.storage_notes[i].empty()) {
+      s += "\n" + esc(c.opt.storage_notes[i]);
+    }
     s += "\nmodule " + esc(module_of(op)) + "\noffset " + std::to_string(c.offsets[i]) +
          " B\nop " + esc(op.id) + " " + esc(op.target) + " (" + phase_name(op.phase) +
          ")\nsteps " + std::to_string(first) + "-" + std::to_string(last) + " (" +
@@ -602,7 +606,9 @@ std::vector<int32_t> kept_points(const std::vector<uint64_t>& v) {
 
 /// View 2 in local pixel coordinates [0, kWidth] x [0, kOrdersH].
 std::string orders_panel(const Ctx& c) {
-  const Graph& g = c.g;
+  // The orders of the graph the plan is for (with each order's own in-place writes), which is
+  // not the one drawn when the plan writes in place (options.orders_graph).
+  const Graph& g = c.opt.orders_graph != nullptr ? *c.opt.orders_graph : c.g;
   std::vector<std::string> names = c.opt.orders.empty() ? order_methods() : c.opt.orders;
   PlanOptions po = c.opt.order_options;
   po.alignment = c.alignment;
@@ -619,7 +625,14 @@ std::string orders_panel(const Ctx& c) {
   for (const std::string& name : names) {
     const Order o = make_order(g, name, po);
     const std::string label = name == "program" && !c.opt.program_label.empty() ? c.opt.program_label : name;
-    Curve cv{label, live_bytes_per_step(g, compute_liveness(g, o), c.alignment), 0, curves.size(), 0, 1};
+    std::vector<uint64_t> bytes;
+    if (has_inplace(g)) {
+      const Graph x = apply_inplace(g, inplace_valid_in(g, o));
+      bytes = live_bytes_per_step(x, compute_liveness(x, o), c.alignment);
+    } else {
+      bytes = live_bytes_per_step(g, compute_liveness(g, o), c.alignment);
+    }
+    Curve cv{label, std::move(bytes), 0, curves.size(), 0, 1};
     for (const uint64_t b : cv.bytes) cv.peak = std::max(cv.peak, b);
     max_bytes = std::max(max_bytes, cv.peak);
     for (size_t j = 0; j < curves.size(); ++j) {
@@ -952,6 +965,11 @@ std::string render_viz(const Graph& g, const Plan& plan, const VizOptions& optio
   if (o.order_label.empty()) o.order_label = plan.order_method;
   if (o.layout_label.empty()) o.layout_label = plan.layout_method;
   if (o.lower_bound_bytes == 0) o.lower_bound_bytes = plan.stats.lower_bound_bytes;
+  if (!plan.inplace.empty()) {  // its offsets place the storages of the graph with its writes
+    const Graph x = apply_inplace(g, plan.inplace);
+    if (o.orders_graph == nullptr) o.orders_graph = &g;
+    return render_viz(x, plan.order, plan.offsets, plan.alignment, o);
+  }
   return render_viz(g, plan.order, plan.offsets, plan.alignment, o);
 }
 
