@@ -6,8 +6,10 @@
 // baseline order x every layout; every plan must pass the
 // independent validator and, on graphs of at most 64 ops, the recount in oracle.h (order,
 // alignment, pairwise overlaps, Tp, arena); on graphs of at most 8 ops, the plan's lower bound
-// must not exceed the minimum Tp over every valid order (enumerated) and no plan's Tp may be
-// below it. Any other exception, a sanitizer report or a disagreement is a finding (abort).
+// must not exceed the minimum Tp over every valid order (enumerated; with `inplace` permissions
+// over every order and every set of in-place writes it allows) and no plan's Tp may be below it.
+// A plan's in-place writes are recounted as merged storages and checked against the rule by the
+// oracle's own reading (check_writes). Any other exception, a sanitizer report or a disagreement is a finding (abort).
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -44,10 +46,22 @@ void check_plan(const roam::Graph& g, const roam::PlanResult& r, const std::stri
   if (model == nullptr) return;
   std::vector<int32_t> order;
   std::vector<uint64_t> offsets;
-  const std::string bad = roamfuzz::read_plan(g, *model, doc, order, offsets);
+  // In-place writes (plan field inplace): the recount merges each written output into the
+  // storage it overwrites and checks the rule on its own (oracle.h, check_writes).
+  std::vector<roamfuzz::Write> writes;
+  if (const std::string bad = roamfuzz::read_writes(g, doc, writes); !bad.empty()) {
+    roamfuzz::finding(what + ": plan document: " + bad);
+  }
+  if (!writes.empty() && doc["version"] != 2) roamfuzz::finding(what + ": in-place writes in a version-1 plan");
+  const roamfuzz::Model merged = writes.empty() ? roamfuzz::Model{} : roamfuzz::make_model(g, alignment, writes);
+  const roamfuzz::Model& m = writes.empty() ? *model : merged;
+  const std::string bad = roamfuzz::read_plan(g, m, doc, order, offsets);
   if (!bad.empty()) roamfuzz::finding(what + ": plan document: " + bad);
-  const roamfuzz::Recount rc = roamfuzz::recount(g, *model, order, offsets, alignment);
+  const roamfuzz::Recount rc = roamfuzz::recount(g, m, order, offsets, alignment);
   if (!rc.problem.empty()) roamfuzz::finding(what + ": validated plan fails the recount: " + rc.problem);
+  if (const std::string w = roamfuzz::check_writes(g, order, writes); !w.empty()) {
+    roamfuzz::finding(what + ": validated plan breaks the in-place rule: " + w);
+  }
   const uint64_t tp = roamfuzz::stat(doc, "theoretical_peak_bytes");
   const uint64_t arena = roamfuzz::stat(doc, "arena_bytes");
   const uint64_t resident = roamfuzz::stat(doc, "resident_bytes");
@@ -85,6 +99,9 @@ void run(const std::string& text, uint64_t alignment) {
         h.resident_bytes != g.resident_bytes) {
       roamfuzz::finding("graph_to_json round trip differs");
     }
+    for (roam::OpIdx v = 0; v < g.num_ops(); ++v) {
+      if (h.ops[v].inplace != g.ops[v].inplace) roamfuzz::finding("graph_to_json round trip loses inplace");
+    }
   }
   roamfuzz::Model model;
   const roamfuzz::Model* m = nullptr;
@@ -94,7 +111,13 @@ void run(const std::string& text, uint64_t alignment) {
     m = &model;
     const std::string bad = roamfuzz::check_order(g, model, g.program_order());
     if (!bad.empty()) roamfuzz::finding("reader accepted a program order that is not valid: " + bad);
-    if (g.num_ops() <= roamfuzz::kExhaustiveOps) min_tp = roamfuzz::min_tp(g, model);
+    // With permissions, the least Tp over every order and every set of writes it allows (not
+    // computed beyond kMaxPermissions permissions: UINT64_MAX, no comparison).
+    if (g.num_ops() <= roamfuzz::kExhaustiveOps) {
+      bool permissions = false;
+      for (const roam::Op& op : g.ops) permissions = permissions || !op.inplace.empty();
+      min_tp = permissions ? roamfuzz::min_tp_with_writes(g, alignment) : roamfuzz::min_tp(g, model);
+    }
   }
 
   roam::PlanRequest req;

@@ -50,17 +50,45 @@ inline int32_t root_of(const roam::Graph& g, int32_t t) {
   return t;
 }
 
-inline Model make_model(const roam::Graph& g, uint64_t alignment) {
+/// An in-place write of a plan (GRAPH_FORMAT.md plan field `inplace`): tensor `output` is
+/// written over tensor `input` by the op producing it.
+struct Write {
+  int32_t output = -1, input = -1;
+};
+
+/// The tensor whose storage t's contents live in: along alias_of, and from an output written in
+/// place on to the input it is written over.
+inline int32_t holder_of(const roam::Graph& g, int32_t t, const std::vector<int32_t>& over) {
+  size_t steps = 0;
+  for (;;) {
+    if (g.tensors[t].alias_of >= 0) {
+      t = g.tensors[t].alias_of;
+    } else if (!over.empty() && over[t] >= 0) {
+      t = over[t];
+    } else {
+      return t;
+    }
+    if (++steps > 2 * g.tensors.size()) finding("alias / in-place cycle accepted");
+  }
+}
+
+/// `writes`: the plan's in-place writes; an output written in place has no item of its own, its
+/// users join the item of the storage it is written over.
+inline Model make_model(const roam::Graph& g, uint64_t alignment, const std::vector<Write>& writes = {}) {
   Model m;
   const auto nt = static_cast<int32_t>(g.tensors.size());
   const auto n = static_cast<int32_t>(g.ops.size());
-  std::vector<int32_t> producer(nt, -1), item_of(nt, -1);
+  std::vector<int32_t> producer(nt, -1), item_of(nt, -1), over;
+  if (!writes.empty()) {
+    over.assign(nt, -1);
+    for (const Write& w : writes) over[w.output] = w.input;
+  }
   for (int32_t v = 0; v < n; ++v) {
     for (int32_t t : g.ops[v].outputs) producer[t] = v;
   }
   for (int32_t t = 0; t < nt; ++t) {
     const roam::Tensor& x = g.tensors[t];
-    if (x.alias_of >= 0) continue;
+    if (x.alias_of >= 0 || (!over.empty() && over[t] >= 0)) continue;
     if (x.role != roam::Role::kNone) {
       m.resident += x.size;
       continue;
@@ -77,13 +105,13 @@ inline Model make_model(const roam::Graph& g, uint64_t alignment) {
   for (int32_t v = 0; v < n; ++v) {
     for (const auto* list : {&g.ops[v].inputs, &g.ops[v].outputs}) {
       for (int32_t t : *list) {
-        const int32_t i = item_of[root_of(g, t)];
+        const int32_t i = item_of[over.empty() ? root_of(g, t) : holder_of(g, t, over)];
         if (i >= 0) m.items[i].users.push_back(v);
       }
     }
   }
   for (int32_t t : g.outputs) {
-    const int32_t i = item_of[root_of(g, t)];
+    const int32_t i = item_of[over.empty() ? root_of(g, t) : holder_of(g, t, over)];
     if (i >= 0) m.items[i].output = true;
   }
   for (int32_t v = 0; v < n; ++v) {
@@ -238,9 +266,132 @@ inline Recount recount(const roam::Graph& g, const Model& m, const std::vector<i
   return r;
 }
 
+/// The in-place rule for an order running every op once: a write of `output` over `input` by op
+/// v is the last use of the old contents. The contents a tensor names are its *version*: the
+/// nearest output written in place along its chain (alias_of, then on to the input a write goes
+/// over), or its root. Every op listing a tensor of the version `input` has must run no later
+/// than v, no graph output may have it, and v writes at most one output over one version.
+/// "" or a problem.
+inline std::string check_writes(const roam::Graph& g, const std::vector<int32_t>& order,
+                                const std::vector<Write>& writes) {
+  if (writes.empty()) return "";
+  const auto nt = static_cast<int32_t>(g.tensors.size());
+  const auto n = static_cast<int32_t>(g.ops.size());
+  std::vector<int32_t> over(nt, -1), producer(nt, -1), step(n, -1);
+  for (const Write& w : writes) over[w.output] = w.input;
+  for (int32_t v = 0; v < n; ++v) {
+    for (int32_t t : g.ops[v].outputs) producer[t] = v;
+  }
+  for (int32_t k = 0; k < n; ++k) step[order[k]] = k;
+  auto version = [&](int32_t t) {
+    size_t steps = 0;
+    while (g.tensors[t].alias_of >= 0 && over[t] < 0) {
+      t = g.tensors[t].alias_of;
+      if (++steps > g.tensors.size()) finding("alias cycle accepted");
+    }
+    return t;  // an output written in place, or a root
+  };
+  std::vector<int32_t> last(nt, -1);  // per version: the last step that lists one of its tensors
+  std::vector<char> kept(nt, 0);
+  for (int32_t v = 0; v < n; ++v) {
+    for (const auto* list : {&g.ops[v].inputs, &g.ops[v].outputs}) {
+      for (int32_t t : *list) last[version(t)] = std::max(last[version(t)], step[v]);
+    }
+  }
+  for (int32_t t : g.outputs) kept[version(t)] = 1;
+  std::vector<std::pair<int32_t, int32_t>> seen;  // (op, version written over)
+  for (const Write& w : writes) {
+    const int32_t v = producer[w.output];
+    const int32_t x = version(w.input);
+    if (v < 0) return "write of " + g.tensors[w.output].id + " by no op";
+    if (kept[x]) return "write over " + g.tensors[w.input].id + " whose contents are a graph output";
+    if (last[x] > step[v]) {
+      return "write of " + g.tensors[w.output].id + " over " + g.tensors[w.input].id +
+             " by " + g.ops[v].id + " before a later use of the old contents";
+    }
+    for (const auto& [op, y] : seen) {
+      if (op == v && y == x) return "two writes of one op over one instance";
+    }
+    seen.push_back({v, x});
+  }
+  return "";
+}
+
+/// Minimum Tp over every valid order and every set of the graph's permissions (at most one
+/// write per output) that the order allows (check_writes); n <= kExhaustiveOps, at most
+/// kMaxPermissions permissions (else UINT64_MAX: not computed).
+constexpr int kMaxPermissions = 6;
+inline uint64_t min_tp_with_writes(const roam::Graph& g, uint64_t alignment) {
+  std::vector<Write> perms;
+  for (const roam::Op& op : g.ops) {
+    for (const auto& [i, j] : op.inplace) perms.push_back({op.outputs[j], op.inputs[i]});
+  }
+  if (perms.size() > static_cast<size_t>(kMaxPermissions)) return UINT64_MAX;
+  const Model plain = make_model(g, alignment);
+  const auto n = static_cast<int32_t>(g.ops.size());
+  std::vector<Model> models;
+  std::vector<std::vector<Write>> sets;
+  for (uint32_t mask = 0; mask < (1u << perms.size()); ++mask) {
+    std::vector<Write> w;
+    bool ok = true;
+    for (size_t k = 0; k < perms.size(); ++k) {
+      if (!(mask >> k & 1)) continue;
+      for (const Write& x : w) ok = ok && x.output != perms[k].output;
+      w.push_back(perms[k]);
+    }
+    if (!ok) continue;
+    models.push_back(make_model(g, alignment, w));
+    sets.push_back(std::move(w));
+  }
+  std::vector<int32_t> order, indeg(n, 0);
+  std::vector<std::vector<int32_t>> succ(n);
+  for (int32_t v = 0; v < n; ++v) {
+    std::vector<int32_t> d = plain.deps[v];
+    std::sort(d.begin(), d.end());
+    d.erase(std::unique(d.begin(), d.end()), d.end());
+    indeg[v] = static_cast<int32_t>(d.size());
+    for (int32_t u : d) succ[u].push_back(v);
+  }
+  uint64_t best = UINT64_MAX;
+  auto rec = [&](auto&& self) -> void {
+    if (static_cast<int32_t>(order.size()) == n) {
+      for (size_t k = 0; k < sets.size(); ++k) {
+        if (check_writes(g, order, sets[k]).empty()) best = std::min(best, tp_of(models[k], order, n));
+      }
+      return;
+    }
+    for (int32_t v = 0; v < n; ++v) {
+      if (indeg[v] != 0 || std::find(order.begin(), order.end(), v) != order.end()) continue;
+      order.push_back(v);
+      for (int32_t w : succ[v]) --indeg[w];
+      self(self);
+      for (int32_t w : succ[v]) ++indeg[w];
+      order.pop_back();
+    }
+  };
+  rec(rec);
+  return best;
+}
+
 }  // namespace roamfuzz
 
 namespace roamfuzz {
+
+/// The plan's in-place writes (field `inplace`, output id -> input id); "" or a problem.
+inline std::string read_writes(const roam::Graph& g, const nlohmann::json& doc, std::vector<Write>& writes) {
+  writes.clear();
+  if (!doc.is_object() || !doc.contains("inplace")) return "";
+  const nlohmann::json& w = doc["inplace"];
+  if (!w.is_object()) return "inplace not an object";
+  for (const auto& [out, in] : w.items()) {
+    if (!in.is_string()) return "inplace value not a string";
+    auto o = g.tensor_index.find(out);
+    auto i = g.tensor_index.find(in.get<std::string>());
+    if (o == g.tensor_index.end() || i == g.tensor_index.end()) return "inplace names an unknown tensor";
+    writes.push_back({o->second, i->second});
+  }
+  return "";
+}
 
 /// Reads a plan document's order and offsets in the model's terms. "" or a problem.
 inline std::string read_plan(const roam::Graph& g, const Model& m, const nlohmann::json& doc,
