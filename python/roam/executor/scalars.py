@@ -168,6 +168,18 @@ def dummy_trace(optimizer: torch.optim.Optimizer, group: Dict[str, Any],
     return _Trace(calls=rec.calls) if record else _Trace(gm)
 
 
+def _same_op(a, b) -> bool:
+    """The same operator, or its in-place and functional forms (the capture's functional pass
+    turns ``denom.add_(eps)`` into ``add`` with an inplace permission; the dummy's trace keeps
+    the in-place form): schema names equal but for a trailing ``_``, overloads equal."""
+    if a == b:
+        return True
+    sa, sb = getattr(a, "_schema", None), getattr(b, "_schema", None)
+    if sa is None or sb is None or sa.overload_name != sb.overload_name:
+        return False
+    return sa.name.rstrip("_") == sb.name.rstrip("_")
+
+
 def _same_structure(a: _Trace, b: _Trace) -> bool:
     """The same operators with the same integer arguments and float counts."""
     return (a.targets == b.targets and a.ints == b.ints
@@ -230,8 +242,11 @@ class StepScalars:
         self.gm = gm
         self.optimizer = optimizer
         self.group_index = [list(g) for g in group_index]
+        # the update's own nodes (the write-backs of BatchNorm statistics at the end of the
+        # step are not the optimizer's)
         self.nodes = [n for n in gm.graph.nodes
-                      if n.op == "call_function" and n.meta.get(PHASE_KEY) == "update"]
+                      if n.op == "call_function" and n.meta.get(PHASE_KEY) == "update"
+                      and not n.meta.get("roam_writeback")]
         self.original = {n: (n.args, n.kwargs) for n in self.nodes}
         self.params_meta = [(p.dtype, p.numel(), p.dim()) for p in params]
         slot = {i: k for k, i in enumerate(state_index)}
@@ -263,7 +278,7 @@ class StepScalars:
             pattern = self.base[gi][1].targets
             expected += [(gi, j) for _ in range(n_state) for j in range(len(pattern))]
         if len(expected) == len(self.nodes) and all(
-                n.target == self.base[gi][1].targets[j]
+                _same_op(n.target, self.base[gi][1].targets[j])
                 for n, (gi, j) in zip(self.nodes, expected)):
             self.position = dict(zip(self.nodes, expected))
         else:
