@@ -3,6 +3,7 @@
 // error nothing is written; the file is written atomically (temporary file, then rename).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +138,11 @@ int run_viz(const VizArgs& a) {
     if (const auto l = m->find("layout"); l != m->end() && l->is_string()) vo.layout_label = l->get<std::string>();
   }
   vo.lower_bound_bytes = rep.recomputed.lower_bound_bytes;
+  // A plan of version 2 for its in-place writes alone: its file's bound is over every version-2
+  // schedule; the line drawn is the bound over the orders of g (with in-place writes), proven here.
+  if (!rep.inplace.empty()) {
+    vo.lower_bound_bytes = std::max(vo.lower_bound_bytes, lower_bound(g, alignment, &order));
+  }
 
   progress("rendering");
   const std::string text = render_viz(x, order, offsets, alignment, vo);
