@@ -1093,7 +1093,11 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             plan = load_plan(plan)
         say("calibrating (one step in program order and one planned step, on copies)")
         st = captured.state
-        step = RoamStep(st.model, st.optimizer, st.loss_fn, captured, graph, plan,
+        if isinstance(model_or_step, torch.nn.Module):  # the given ones (captured may be of
+            st_model, st_opt, st_loss = model_or_step, optimizer, loss_fn  # a copy of them)
+        else:
+            st_model, st_opt, st_loss = st.model, st.optimizer, st.loss_fn
+        step = RoamStep(st_model, st_opt, st_loss, captured, graph, plan,
                         n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
                         trust_plan=trust_plan, workspaces=workspaces,
                         budget_bytes=budget_bytes if planned_here else None)
