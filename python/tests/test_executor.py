@@ -255,20 +255,24 @@ def test_bit_identical_to_program_order_and_close_to_eager(family):
 def test_never_above_the_eager_loop(family):
     """Issue 13's target on every family, the in-place one included: each step holds no more
     than the ordinary eager loop's step, both counted by the same pass-through allocator
-    (bytes above what exists before the step). On the in-place residual block the plan's
-    arena is its lower bound, 34560 B, above the 32256 B of the graph run eagerly (convolution
-    backward's 25600 B of scratch count beside its 2624 B of outputs in the plan, while
-    eagerly the scratch is gone before they exist): the step says so and runs the program
-    order from the start instead of holding more than eager once."""
+    (bytes above what exists before the step). A plan whose arena is above the graph run
+    eagerly (a kernel's scratch that eagerly is gone before its outputs exist counts beside
+    them in a plan) says so and runs the program order from the start instead of holding more
+    than eager once. On the in-place residual block the plan of the captured graph has an
+    arena of 33472 B, below the 34176 B of the graph run eagerly, but its trial step needs
+    14592 B of fallback heap (convolution backward's scratch, which eagerly sits where its
+    outputs come later, finds no room beside them in that layout), and the plan with the
+    servable workspaces has an arena of 34560 B, above eager: the step says so and runs the
+    program order from the start."""
     from roam.run import measured
     model, o, loss_fn, batch = make(family)
     eag_m, eag_o = copy.deepcopy((model, o))
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         step = optimize(model, o, loss_fn, batch(1))
-    above = step.planned_arena_bytes > step.eager_peak_bytes
+    above = step.program_order_reason is not None
     assert above == (family in INPLACE)
-    assert above == any("cannot hold less" in str(x.message) for x in w)
+    assert above == any("running the program order" in str(x.message) for x in w)
     for i in range(2):
         torch.manual_seed(70 + i)
         _, eager = measured(lambda: eager_step(eag_m, eag_o, loss_fn, batch(2 + i)))
@@ -279,7 +283,7 @@ def test_never_above_the_eager_loop(family):
         assert rep.total_peak_bytes <= eager, (rep.describe(), eager)
         if above:
             assert rep.total_peak_bytes == rep.eager_peak_bytes  # the graph run eagerly
-            assert "cannot hold less" in rep.why_not_met()
+            assert "above" in rep.why_not_met()
 
 
 def test_workspaces_on_the_heap_only():

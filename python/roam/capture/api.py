@@ -208,19 +208,6 @@ PEAK_HIGH = 1.25
 PEAK_SLACK_BYTES = 1 << 20
 
 
-def _with_peak_workspaces(graph: Dict[str, Any]) -> Dict[str, Any]:
-    """``graph`` with each op's workspace the measured peak minus its outputs (meta
-    ``capture.workspace.peak_minus_outputs``) where the graph carries a larger servable block:
-    the figure with which Tp(program order) is the measured eager peak."""
-    lower = graph.get("meta", {}).get("capture", {}).get("workspace", {}).get(
-        "peak_minus_outputs") or {}
-    if not lower:
-        return graph
-    ops = [dict(op, workspace=int(lower[op["id"]])) if op["id"] in lower else op
-           for op in graph["ops"]]
-    return dict(graph, ops=ops)
-
-
 def deferred_writeback_bytes(graph: Dict[str, Any], writebacks: Sequence[str],
                              alignment: int = 64) -> int:
     """Bytes of the values that write-backs at the end of the step hold (each rounded up to
@@ -384,30 +371,24 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
             say("measuring the eager peak (pass 1's trace: what eager PyTorch runs)")
             ws_peak = wsmod.measure_peak(trace.gm, lambda: state.step_inputs().as_args(),
                                          seed=seed)
-            # the graph carries what the executor needs wherever a layout puts the block (the
-            # servable figure); the peak-minus-outputs figure where it is lower is kept in
-            # meta for the eager-peak check: roam plan and roam.optimize plan the same graph
-            lower = {}
             for op in built.ops:
-                w = int(ws.get(op["id"], 0))
-                v = max(w, int(servable.get(op["id"], 0)))
-                if v > 0:
-                    op["workspace"] = v
-                if v > w:
-                    lower[op["id"]] = w
+                if ws.get(op["id"], 0) > 0:
+                    op["workspace"] = int(ws[op["id"]])
             ws_meta = {"mode": "measured", "ops": len(ws),
                        "threads": torch.get_num_threads(),
-                       "rule": "roam.capture.workspace.measure_workspaces and "
-                               "servable_workspaces: per op, the block its scratch needs "
-                               "when its output slots are not next to it: at least the most "
+                       "rule": "roam.capture.workspace.measure_workspaces: per op, the most "
                                "bytes allocated during the op and live at once (64 bytes per "
-                               "allocation) minus its output storages, more where scratch "
-                               "freed before an output fits in no single output slot; CPU "
-                               "allocator events of one run on this machine",
-                       "peak_minus_outputs": lower,
-                       "peak_minus_outputs_rule": "for the ops listed, the op's peak minus "
-                                                  "its outputs (below workspace): what the "
-                                                  "eager peak check counts"}
+                               "allocation) minus its output storages; CPU allocator events of "
+                               "one run on this machine",
+                       "servable": servable,
+                       "servable_rule": "roam.capture.workspace.servable_workspaces: the "
+                                        "block the op would need if its scratch could not sit "
+                                        "in its output slots (scratch freed before an output "
+                                        "sits in that output's slot only where all of it "
+                                        "fits); only ops where it is above workspace; "
+                                        "informational: plans use workspace, and the executor "
+                                        "serves such scratch in the output slots and the "
+                                        "block where they are adjacent"}
         else:
             ws_meta = {"mode": "none", "why": "roam._native is not built: workspaces not "
                                               "measured"}
@@ -481,7 +462,7 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
         if eager_peak is None:
             from .peak import measure_eager_peak
             eager_peak, _ = measure_eager_peak(trace, state.step_inputs(), seed=seed)
-        checked = _with_peak_workspaces(graph)
+        checked = graph
         tp_shown = (program_order_peak(checked, alignment=64) if ws_peak is not None
                     else s["tp_program_order_bytes"])
         say(f"measured eager peak {eager_peak} B above resident; Tp(program order) "

@@ -17,9 +17,12 @@ peak minus its outputs, so scratch that peaks before the outputs exist needs the
 best fit, :func:`roam.executor.program.loans_from_events`); sub-allocated from its planned
 workspace block in request order (first fit); from arena bytes free at that moment
 (``workspaces="arena"``, the default, for all three); else from the fallback heap.
-The graph's workspaces are the blocks the executor can serve wherever the layout puts them
-(the capture's servable figures): :func:`optimize` plans the graph as captured, as ``roam
-plan`` does on the saved file. Before
+:func:`optimize` plans the graph as captured (each op's workspace: its peak minus its
+outputs), as ``roam plan`` does on the saved file; only where that plan's trial step (below) holds more than the
+graph run eagerly, because some kernel's scratch that peaks before the op's outputs exist
+does not fit beside them, it plans again with the capture's servable workspaces
+(:func:`servable_workspaces`: the block such an op needs wherever the layout puts it) and
+keeps that plan if its trial passes (``RoamStep.replanned_reason`` says so). Before
 the first step a planned trial step on copies measures arena + fallback heap peak; a plan
 whose trial (or any later planned step) holds more than the same graph run eagerly is warned
 once and every step from then on runs the program order with ordinary allocation
@@ -57,7 +60,7 @@ from ..capture.rng import preserved_rng_state
 from .native import native
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges,
                        eager_kernels_while_tracing, load_plan, parse_size, plan_graph,
-                       validate_plan, with_graph_costs)
+                       servable_workspaces, validate_plan, with_graph_costs)
 from .program import PlanMismatch, Program, loans_from_events, ranks_from_events
 from .report import StepReport
 from .scalars import StepScalars
@@ -240,6 +243,8 @@ class RoamStep:
             raise ValueError(f"workspaces must be 'arena' or 'heap', not {workspaces!r}")
         self.workspaces = workspaces
         self.reports: List[StepReport] = []
+        # set by optimize when the plan of the graph as captured was replaced (why)
+        self.replanned_reason: Optional[str] = None
         self.unplanned_reason: Optional[str] = None
         # set when a planned step measured more than the same graph run eagerly: every later
         # step runs in program order with ordinary allocation
@@ -1097,8 +1102,37 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             st_model, st_opt, st_loss = model_or_step, optimizer, loss_fn  # a copy of them)
         else:
             st_model, st_opt, st_loss = st.model, st.optimizer, st.loss_fn
-        step = RoamStep(st_model, st_opt, st_loss, captured, graph, plan,
-                        n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
-                        trust_plan=trust_plan, workspaces=workspaces,
-                        budget_bytes=budget_bytes if planned_here else None)
+        kw = dict(n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
+                  trust_plan=trust_plan, workspaces=workspaces,
+                  budget_bytes=budget_bytes if planned_here else None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step = RoamStep(st_model, st_opt, st_loss, captured, graph, plan, **kw)
+        if planned_here and step.program is not None and step.program_order_reason and \
+                step.trial_total_bytes is not None:
+            # The plan of the graph as captured (the plan `roam plan` makes of it) could not
+            # serve some kernel's scratch, which peaks before the op's outputs exist and fits
+            # in the op's output slots and workspace block only where they are adjacent: plan
+            # again with the blocks those ops need wherever the layout puts them (the
+            # capture's servable workspaces), and keep that plan if its trial step holds no
+            # more than the graph run eagerly.
+            wider = copy.deepcopy(graph)
+            if servable_workspaces(wider):
+                say("planning again with the servable workspaces (scratch that does not fit "
+                    "beside its op's outputs in the first plan)")
+                plan2 = (plan_graph(wider, order, layout, alignment, time_limit_seconds, threads)
+                         if budget_bytes is None else
+                         plan_within_budget(wider, captured, budget_bytes, order, layout,
+                                            alignment, time_limit_seconds, threads, progress))
+                with warnings.catch_warnings(record=True) as caught2:
+                    warnings.simplefilter("always")
+                    step2 = RoamStep(st_model, st_opt, st_loss, captured, wider, plan2, **kw)
+                if step2.program is not None and step2.program_order_reason is None:
+                    step2.replanned_reason = (
+                        f"the plan of the graph as captured ({step.program_order_reason}) was "
+                        f"planned again with the servable workspaces of "
+                        f"{sum(1 for a, b in zip(graph['ops'], wider['ops']) if a != b)} ops")
+                    step, caught = step2, caught2
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return step

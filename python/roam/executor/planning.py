@@ -18,6 +18,24 @@ ALIGNMENT = 64
 from ..capture.trace import eager_kernels_while_tracing  # noqa: E402,F401  (re-exported)
 
 
+def servable_workspaces(graph: Dict[str, Any]) -> int:
+    """Raise, in place, each op's ``workspace`` to the servable figure the capture measured
+    (``meta.capture.workspace.servable``, :func:`roam.capture.workspace.servable_workspaces`):
+    the block the op needs when the layout does not put it next to the op's output slots.
+    The captured workspace is the op's peak minus its outputs, which the executor serves only
+    with scratch in those slots; what fits in no slot needs bytes of the block. Returns the
+    number of ops raised."""
+    servable = (graph.get("meta", {}).get("capture", {}).get("workspace", {})
+                .get("servable") or {})
+    raised = 0
+    for op in graph["ops"]:
+        v = int(servable.get(op["id"], 0))
+        if v > int(op.get("workspace", 0)):
+            op["workspace"] = v
+            raised += 1
+    return raised
+
+
 def add_rng_order_edges(graph: Dict[str, Any]) -> int:
     """Order the random operators of ``graph`` (tag ``nondeterministic_seeded``: dropout's
     mask, ``rand``, ...) in program order, in place, so that any valid order draws from the
