@@ -1,4 +1,4 @@
-"""Shared fixtures for the roam Python tests (run: /usr/bin/python3 -m pytest python/tests -q)."""
+"""Shared fixtures for the roam Python tests (run: bash scripts/test, or .venv/bin/python -m pytest python/tests -q)."""
 
 import os
 import sys

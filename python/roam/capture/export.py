@@ -13,7 +13,8 @@ every tensor is described from its value (shape, dtype, storage), never from nod
   as real ones do);
 * writes come from the schema (``alias_info.is_write``), from the tensors' version
   counters, and from :data:`HIDDEN_WRITES`, the writes that neither shows (such as
-  ``native_batch_norm``'s running statistics in PyTorch 1.13); in real mode the contents of
+  ``native_batch_norm``'s running statistics in eval-mode graphs of other tools; the capture
+  gives training BatchNorm its writing schema before functionalization); in real mode the contents of
   resident tensors are also compared before and after each op, which would reveal any other
   hidden write;
 * ``after`` edges order every write after the earlier readers of the storage and every
@@ -48,7 +49,7 @@ from .modules import MODULE_KEY, PHASE_KEY, PHASES
 from .trace import SEED_KEY
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
-# Operators that copy a constant into the step (FakeTensorMode.lift_fns in PyTorch 1.13).
+# Operators that copy a constant into the step (FakeTensorMode's lift functions).
 _LIFT_FNS = frozenset(getattr(torch.ops.aten, n).default for n in ("lift_fresh", "lift_fresh_copy")
                       if hasattr(torch.ops.aten, n))
 
@@ -137,8 +138,8 @@ HIDDEN_WRITES = {
 # Random operators (schema names without the ``aten::`` prefix and without a trailing ``_``,
 # so that the in-place and ``out=`` overloads are covered too). The schema tells randomness
 # only where it has a ``Generator`` argument or PyTorch tagged the operator
-# ``nondeterministic_seeded``; in 1.13 neither covers e.g. ``native_dropout`` consistently, so
-# the list is the primary source and the schema a second one.
+# ``nondeterministic_seeded``; not every random operator carries either, so the list is the
+# primary source and the schema a second one.
 RANDOM_OPS = frozenset({
     "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout", "native_dropout",
     "_fused_dropout", "fused_dropout", "bernoulli", "rand", "rand_like", "randn", "randn_like",
@@ -202,9 +203,9 @@ def recompute_blocker(target, written: Sequence[str], output_roots_resident: Seq
       own (``explicit_generator``). An out-of-place random op that draws from the default
       CPU generator is recomputable: roam's executor saves the generator state before its
       first run and replays it for every recomputation (as ``torch.utils.checkpoint`` does
-      with ``preserve_rng_state``; :mod:`roam.executor.program`). On the CPU, PyTorch 1.13
-      runs ``F.dropout`` as ``empty_like``, ``bernoulli_`` (random, in place), ``div_`` and
-      ``mul``; the capture rewrites the first three out of place
+      with ``preserve_rng_state``; :mod:`roam.executor.program`). On the CPU, PyTorch runs
+      ``F.dropout`` as ``empty_like``, ``bernoulli_`` (random, in place), ``div_`` and
+      ``mul``; the capture draws the mask out of place
       (:func:`roam.capture.trace.functional_dropout_masks`), so the mask is recomputable.
     * ``"writes"``: the op writes an argument's storage. From the schema
       (:func:`schema_mutates`: ``is_mutable`` / an argument alias annotated with a write --
@@ -483,8 +484,8 @@ class GraphBuilder(torch.fx.Interpreter):
         flat_in = [(j, tid, t) for j, leaves in enumerate(arg_leaves) for tid, t in leaves]
         versions = [t._version for _, _, t in flat_in]
         # Kernels may write an argument without a schema annotation and without bumping its
-        # version counter (native_batch_norm's running statistics in PyTorch 1.13). Compare
-        # the contents of the resident (persistent) storages they read.
+        # version counter (native_batch_norm's running statistics). Compare the contents of
+        # the resident (persistent) storages they read.
         snapshots = {}
         if self.check_hidden_writes:
             for k, (j, tid, t) in enumerate(flat_in):
@@ -495,8 +496,8 @@ class GraphBuilder(torch.fx.Interpreter):
         if (self.fake_mode is not None and target in _LIFT_FNS and args
                 and getattr(args[0], "fake_mode", None) is self.fake_mode):
             # A constant lifted into the step (swin_t's relative-position table): the constant
-            # is already fake here, and FakeTensorMode 1.13 only lifts real tensors (it recurses
-            # on a fake one). A lift is a copy of its argument: clone it.
+            # is already fake here, and FakeTensorMode lifts only real tensors. A lift is a
+            # copy of its argument: clone it.
             out = torch.ops.aten.clone.default(args[0])
         elif needs_grad_mode(target):
             out = call_with_grad_mode(target, args, kwargs)

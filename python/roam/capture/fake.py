@@ -12,7 +12,8 @@ This module holds:
 * :func:`to_fake`: conversion of real tensors (model parameters, optimizer state, inputs); a
   0-d optimizer-state tensor (e.g. Adam's ``step``) becomes a *constant* fake tensor that
   keeps its real value, so ``step.item()`` in the optimizer works while tracing;
-* meta kernels for the backward operators that PyTorch 1.13 lacks one for
+* meta kernels for the operators that this PyTorch lacks one for (the fused SGD and Adagrad
+  updates on torch 2.x; the backward operators of older releases)
   (:func:`register_meta_kernels`): ``convolution_backward``,
   ``max_pool2d_with_indices_backward``, ``_adaptive_avg_pool2d_backward``,
   ``native_batch_norm_backward``, ``embedding_dense_backward``, ... Each returns empty

@@ -31,7 +31,7 @@ per-thread buffers differ between CPUs and thread counts).
 
 Fake mode (:func:`estimate_workspaces`): nothing runs; an op gets an estimate where the rule
 of its CPU kernel is known from the shapes, and ``meta.capture.workspace.estimated`` lists
-those ops. Rules (Debian torch 1.13, x86 with MKL-DNN):
+those ops. Rules (x86 CPU kernels with oneDNN / MKL-DNN):
 
 * ``aten.convolution_backward``: the grad-output reorder (``grad_output`` bytes) plus, when
   the weight gradient is asked for, a second weight-sized buffer (the weight gradient is

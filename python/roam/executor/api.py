@@ -1048,7 +1048,7 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     backward pass where needed (a roam-plan v2, run op by op: each recomputation re-runs its
     fx node on the values bound at that step, its outputs at their planned instance offsets).
     A random op (dropout) that the plan recomputes replays the generator state of its first
-    run, which the executor saves (``torch.get_rng_state()``, 5056 B on torch 1.13) and keeps
+    run, which the executor saves (``torch.get_rng_state()``, 5056 B on torch 2.14's CPU generator) and keeps
     to the end of the step, outside the plan, plus one more state while a replay runs:
     :func:`plan_within_budget` counts ``(n + 1)`` states for ``n`` recomputed random ops and,
     where they do not fit beside the arena, plans again with the budget lowered by them

@@ -2,9 +2,9 @@
 
 _NATIVE = None
 
-BUILD_HINT = ("roam._native is not built: install libtorch-dev, pybind11-dev and python3-dev "
-              "(Debian), then `cmake -S . -B build -G Ninja && cmake --build build` from the "
-              "repository root (the module is written to python/roam/)")
+BUILD_HINT = ("roam._native is not built (or not for this Python's torch): run `bash "
+              "scripts/setup` from the repository root (it makes .venv with the pinned torch "
+              "and builds the module into python/roam/ against it)")
 
 
 class NativeMissing(ImportError):

@@ -636,7 +636,7 @@ def replayed_random_ops(gm: torch.fx.GraphModule, op_nodes: Dict[str, str],
 
 def rng_state_bytes() -> int:
     """Bytes of one saved CPU generator state: ``torch.get_rng_state()`` read now (numel x
-    element size; 5056 for torch 1.13's CPU generator), rounded up to 64 bytes as the
+    element size; 5056 for torch 2.14's CPU generator), rounded up to 64 bytes as the
     allocator counts an allocation."""
     t = torch.get_rng_state()
     return -(-t.numel() * t.element_size() // 64) * 64
