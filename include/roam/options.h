@@ -11,6 +11,8 @@
 
 namespace roam {
 
+struct Graph;
+
 struct PlanOptions {
   uint64_t alignment = 64;          // bytes every size and offset is rounded to (power of two)
   int threads = 1;                  // worker threads of the roam planners; the plan is the same
@@ -22,6 +24,11 @@ struct PlanOptions {
   /// of this and its start + time_limit_seconds. Default: none.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   nlohmann::json extra = nlohmann::json::object();  // method-specific knobs, recorded in the plan
+  /// The graph whose lower bound (roam::lower_bound) the roam order computes and stops its
+  /// searches at, instead of the graph it orders: one whose valid orders include every order of
+  /// it (make_plan sets it to the graph with in-place permissions when it orders the forced
+  /// graph, so that one bound serves both). Null: the graph ordered.
+  const Graph* lower_bound_graph = nullptr;
 };
 
 /// The knobs of the roam planners that `extra` may hold, with their types and ranges

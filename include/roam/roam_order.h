@@ -134,6 +134,7 @@ struct RoamOrderStats {
                        // "roam-free" or a baseline name
   uint64_t tp = 0;     // Tp of the returned order
   uint64_t lower_bound = 0;  // roam::lower_bound (the cut bound): Tp of any order is >= it
+                             // (of options.lower_bound_graph where given)
   nlohmann::json baselines = nlohmann::json::object();  // name -> Tp
   nlohmann::json variants = nlohmann::json::object();   // variant -> {tp, predicted_tp, ...}
   int32_t pinned_sources = 0;

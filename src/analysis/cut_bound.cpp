@@ -249,18 +249,58 @@ uint64_t lower_bound(const Graph& g, uint64_t alignment, const Order* hint) {
 
 namespace {
 
-// Live bytes at every op under `order` with the in-place writes it allows (inplace_valid_in): an
-// upper bound on every in-place term at that op (what the order holds there).
+// Live bytes at every step of `order` with the in-place writes it allows (inplace_valid_in), as
+// apply_inplace's graph has them, without building that graph: a written output's storage joins
+// the storage it is written over (the writes roam uses join storages of one size), the joined
+// storage live from its first member's birth to its members' last use (the end when one is a
+// graph output).
+std::vector<uint64_t> live_per_step_with_inplace(const Graph& g, const Order& order, uint64_t alignment) {
+  const std::vector<InplacePair> pairs = inplace_valid_in(g, order);
+  if (pairs.empty()) return live_bytes_per_step(g, compute_liveness(g, order), alignment);
+  const Liveness live = compute_liveness(g, order);
+  std::vector<StorageIdx> head(g.storages.size());
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) head[s] = s;
+  for (const InplacePair& p : pairs) {  // op order: a write's input storage has its head already
+    head[g.storage_of[p.output]] = head[g.storage_of[p.input]];
+  }
+  std::vector<int32_t> first(g.storages.size(), std::numeric_limits<int32_t>::max()), last(g.storages.size(), -1);
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
+    first[head[s]] = std::min(first[head[s]], live.first[s]);
+    last[head[s]] = std::max(last[head[s]], live.last[s]);
+  }
+  const int32_t n = g.num_ops();
+  std::vector<int64_t> delta(static_cast<size_t>(n) + 1, 0);
+  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
+    if (head[s] != s) continue;
+    const auto size = static_cast<int64_t>(align_up(g.storages[s].size, alignment));
+    delta[first[s]] += size;
+    delta[last[s] + 1] -= size;
+  }
+  std::vector<uint64_t> bytes(n);
+  int64_t running = 0;
+  for (int32_t t = 0; t < n; ++t) {
+    running += delta[t];
+    bytes[t] = static_cast<uint64_t>(running);
+  }
+  return bytes;
+}
+
+// The same per op (indexed by op): an upper bound on every in-place term at that op (what the
+// order holds there).
 std::vector<uint64_t> live_with_inplace(const Graph& g, const Order& order, uint64_t alignment) {
   if (!has_inplace(g)) return live_bytes_at_ops(g, order, alignment);
-  return live_bytes_at_ops(apply_inplace(g, inplace_valid_in(g, order)), order, alignment);
+  const std::vector<uint64_t> per_step = live_per_step_with_inplace(g, order, alignment);
+  std::vector<uint64_t> per_op(per_step.size());
+  for (size_t t = 0; t < order.size(); ++t) per_op[order[t]] = per_step[t];
+  return per_op;
 }
 
 }  // namespace
 
 uint64_t inplace_peak(const Graph& g, const Order& order, uint64_t alignment) {
   if (!has_inplace(g)) return theoretical_peak(g, order, alignment);
-  return theoretical_peak(apply_inplace(g, inplace_valid_in(g, order)), order, alignment);
+  const std::vector<uint64_t> bytes = live_per_step_with_inplace(g, order, alignment);
+  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
 }
 
 uint64_t lower_bound(const Graph& g_in, uint64_t alignment, const Order* hint,

@@ -461,7 +461,10 @@ Order order_roam(const Graph& g, const PlanOptions& options, RoamOrderStats* sta
   // is optimal already (unless a roam candidate is asked for by name).
   // It gets at most 30% of the time left: a bound stopped early is smaller, still valid.
   bool bound_stopped = false;
-  stats.lower_bound = lower_bound(g, alignment, &baselines[best_baseline].second,
+  // (On options.lower_bound_graph where given: a graph whose orders include g's, e.g. the graph a
+  // forced graph was made from; a bound on it bounds every order of g.)
+  stats.lower_bound = lower_bound(options.lower_bound_graph != nullptr ? *options.lower_bound_graph : g,
+                                  alignment, &baselines[best_baseline].second,
                                   start + (settings.seg.deadline - start) * 3 / 10, &bound_stopped);
   stats.time_limit_hit = bound_stopped;
   const bool wants_variant = options.extra.is_object() && options.extra.contains("return_variant");

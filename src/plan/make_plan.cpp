@@ -1,6 +1,7 @@
 // One planning request: order, then layout, then stats.
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "roam/analysis.h"
 #include "roam/inplace.h"
@@ -87,15 +88,29 @@ void set_inplace_bounds(const Graph& g, Plan& p, uint64_t order_bound, uint64_t 
 }
 
 // What the plans of one order share where g has permissions: the writes the order allows and
-// the graph with them applied (made once per order, for each of its layouts).
+// the graph with them applied (for each of the order's layouts). The forced graph has the
+// storages of g with its writes applied (its `after` edges do not change them): an order that
+// allows just those writes, as most do, is laid out on it without another copy of g; an order
+// with the writes of the previous one reuses its graph.
 struct Applied {
   std::vector<InplacePair> pairs;
-  Graph graph;  // apply_inplace(g, pairs) when pairs is not empty
+  std::shared_ptr<const Graph> owned;
+  const Graph* graph = nullptr;  // apply_inplace(g, pairs) when pairs is not empty
 };
-Applied applied_for(const Graph& g, const Order& order) {
+Applied applied_for(const Graph& g, const Order& order, const ForcedGraph* forced = nullptr,
+                    const Applied* previous = nullptr) {
   Applied a;
   if (has_inplace(g)) a.pairs = inplace_valid_in(g, order);
-  if (!a.pairs.empty()) a.graph = apply_inplace(g, a.pairs);
+  if (a.pairs.empty()) return a;
+  if (forced != nullptr && a.pairs == forced->pairs) {
+    a.graph = &forced->graph;
+  } else if (previous != nullptr && previous->graph != nullptr && previous->pairs == a.pairs) {
+    a.owned = previous->owned;
+    a.graph = previous->graph;
+  } else {
+    a.owned = std::make_shared<const Graph>(apply_inplace(g, a.pairs));
+    a.graph = a.owned.get();
+  }
   return a;
 }
 
@@ -113,7 +128,7 @@ PlanResult plan_for_order(const Graph& g, const Applied& applied, Order order, d
   // Every in-place write the order allows (the best choice for a fixed order, roam/inplace.h);
   // the layout places the storages of the graph with those writes applied.
   p.inplace = applied.pairs;
-  const Graph& lg = p.inplace.empty() ? g : applied.graph;
+  const Graph& lg = p.inplace.empty() ? g : *applied.graph;
   const Liveness live = compute_liveness(lg, p.order);
   Layout layout = choose_layout(lg, live, req.layout, req.options, p.layout_method);
   p.offsets = std::move(layout.offsets);
@@ -154,6 +169,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
   std::optional<ForcedGraph> forced;
   if (has_inplace(g)) forced = force_inplace(g);
   const Graph& og = forced ? forced->graph : g;
+  if (forced) for_order.options.lower_bound_graph = &g;  // the roam order's bound is g's then
   Order order = choose_order(og, req.order, for_order.options, order_method, order_stats);
   const double order_seconds = elapsed();
   PlanRequest with_order = req;
@@ -165,14 +181,14 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
   // The roam order computed the bound already; otherwise the order is the hint that lets the
   // cut bound skip most ops (the value is the same either way, unless the time runs out first:
   // then a smaller bound, still valid).
-  // (The roam order's own bound is over the orders of the graph it ordered: on the forced graph
-  // not a bound for g, which is computed here, with in-place writes allowed.)
+  // (On the forced graph the roam order computed g's bound, in-place writes allowed:
+  // lower_bound_graph above.)
   const uint64_t lb = lower_bound_bytes ? *lower_bound_bytes
-                      : !forced && order_stats.contains("lower_bound")
+                      : order_stats.contains("lower_bound")
                           ? order_stats["lower_bound"].get<uint64_t>()
                           : lower_bound(g, req.options.alignment, &order, with_order.options.deadline);
   const uint64_t rlb = forced ? recompute_lower_bound(g, req.options.alignment) : 0;
-  const Applied first = applied_for(g, order);
+  const Applied first = applied_for(g, order, forced ? &*forced : nullptr);
   PlanResult r = plan_for_order(g, first, std::move(order), order_seconds, with_order, lb, rlb);
   if (!order_stats.is_null()) r.plan.options["order_stats"] = std::move(order_stats);
   // The order's own stats (its bound, its Tp) are those of the forced graph it ordered.
@@ -199,7 +215,7 @@ PlanResult make_plan(const Graph& g, const PlanRequest& req, std::optional<uint6
       }
       const auto order_start = Clock::now();
       Order o = make_order(og, om, req.options);
-      const Applied writes = applied_for(g, o);
+      const Applied writes = applied_for(g, o, forced ? &*forced : nullptr, &first);
       const double os = std::chrono::duration<double>(Clock::now() - order_start).count();
       for (const std::string& lm : layout_methods()) {
         if (lm == "roam" || lm == "pytorch") continue;
