@@ -166,9 +166,10 @@ def inplace_in_order(graph: Dict[str, Any], order: Optional[List[str]] = None
     """The in-place writes that ``order`` (op ids, each once; default the file order) allows
     under GRAPH_FORMAT.md's rule, all of them: ``{output tensor id: input tensor id}`` (the
     plan field ``inplace``). A permission ``[i, j]`` of op v is used where the storage that
-    input i is bound to is not resident, no op after v in the order reads or binds it (an
-    alias counts), it is not a graph output, and no other output of v took it already; the
-    first listed pair of an output wins. Using every allowed write is the best choice for a
+    input i is bound to is not resident, has the output's size, no op after v in the order
+    reads or binds it (an alias counts), it is not a graph output, and no other output of v
+    took it already; the first listed pair of an output wins (libroam's rule,
+    ``roam::inplace_valid_in``). Using every allowed write is the best choice for a
     fixed order: a write merges two live ranges that meet at v and lowers the bytes live at
     v only."""
     tensors = {t["id"]: t for t in graph["tensors"]}
@@ -190,6 +191,8 @@ def inplace_in_order(graph: Dict[str, Any], order: Optional[List[str]] = None
             r = roots[x]
             if y in chosen or r in taken or "role" in tensors[r] or r in outputs:
                 continue
+            if tensors[r]["size"] != tensors[y]["size"]:
+                continue  # over a part of a larger storage: that storage would stay live
             if last.get(r) != step:
                 continue
             chosen[y] = x

@@ -141,13 +141,15 @@ def capture_named(name: str, batch_size: int = 1, *, optimizer: str = "adam",
             say(f"building torchvision.{name} (num_classes={num_classes}, {where})")
             try:
                 model = build_model(name, num_classes=num_classes)
-            except RuntimeError as e:
-                if fm is None or "tensor subclasses" not in str(e):
+            except Exception as e:  # noqa: BLE001  (the constructor's own error, reported)
+                if fm is None:
                     raise
-                built_real = str(e).strip().splitlines()[0]
+                # the constructor reads tensor values, which fake tensors do not have
+                # (RegNet's .tolist(); torch 2.x's trunc_normal_ init of ViT calls .item())
+                built_real = (str(e).strip().splitlines() or [type(e).__name__])[0]
     if fm is not None and built_real is not None:
-        # The constructor reads tensor values (RegNet: .tolist()), which fake tensors do not
-        # have: build it with real tensors, then make its parameters and buffers fake.
+        # The constructor reads tensor values, which fake tensors do not have: build it with
+        # real tensors, then make its parameters and buffers fake.
         say(f"building torchvision.{name} with real tensors ({built_real}), then fake")
         from .fake import module_to_fake
         torch.manual_seed(seed)
