@@ -71,6 +71,18 @@ inline Layout make_layout(const Graph& g, const Liveness& live, const std::strin
   return make_layout(g, live, method, options);
 }
 
+/// Moves each op's workspace block, where it touches none of the op's output slots, to the
+/// bytes just above or just below one of them (largest output first) when those bytes are free
+/// at the op's step and within the arena; a layout stays valid and its arena unchanged. A
+/// kernel whose scratch peaks before its outputs exist (a convolution backward: its workspace
+/// is the op's peak minus its outputs) then finds the slot and the block as one range, where
+/// an executor serves it without other memory. O(S log S) for S storages; stops at `deadline`
+/// (checked every 256 steps). Returns the number of blocks moved.
+uint64_t place_workspaces_beside_outputs(const Graph& g, const Liveness& live,
+                                         std::vector<uint64_t>& offsets, uint64_t alignment,
+                                         std::chrono::steady_clock::time_point deadline =
+                                             std::chrono::steady_clock::time_point::max());
+
 /// Arena bytes of a layout: max over storages of offset + size rounded to `alignment`.
 uint64_t arena_bytes(const Graph& g, const std::vector<uint64_t>& offsets, uint64_t alignment);
 

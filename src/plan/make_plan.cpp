@@ -131,6 +131,10 @@ PlanResult plan_for_order(const Graph& g, const Applied& applied, Order order, d
   const Graph& lg = p.inplace.empty() ? g : *applied.graph;
   const Liveness live = compute_liveness(lg, p.order);
   Layout layout = choose_layout(lg, live, req.layout, req.options, p.layout_method);
+  if (p.layout_method != "pytorch") {  // (the simulation keeps the caching allocator's offsets)
+    place_workspaces_beside_outputs(lg, live, layout.offsets, req.options.alignment,
+                                    req.options.deadline);
+  }
   p.offsets = std::move(layout.offsets);
   r.reserved_bytes = layout.reserved_bytes;
   const double seconds =
