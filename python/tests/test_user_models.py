@@ -207,9 +207,11 @@ def test_user_model_planned_steps(name):
 def test_cnn_with_momentum_and_clipping_in_the_users_loop():
     """The user's own step with clip_grad_norm_ between backward() and step(): bit for bit
     their eager loop (no more ``.grad`` lost to a roam step: the clipping is in the graph)."""
-    def make():
+    import torchvision
+
+    def make():  # a CNN with BatchNorm and residual blocks (small images: quick)
         torch.manual_seed(3)
-        m = SmallCNN()
+        m = torchvision.models.resnet18(num_classes=10)
         o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
         def train_step(x, y):
@@ -223,7 +225,7 @@ def test_cnn_with_momentum_and_clipping_in_the_users_loop():
     m, o, fn = make()
     m2, o2, fn2 = make()
     g = torch.Generator().manual_seed(4)
-    batches = [(torch.randn(4, 3, 12, 12, generator=g), torch.randint(0, 10, (4,), generator=g))
+    batches = [(torch.randn(2, 3, 32, 32, generator=g), torch.randint(0, 10, (2,), generator=g))
                for _ in range(4)]
     fn(*batches[0])
     fn2(*batches[0])
