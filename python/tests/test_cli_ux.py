@@ -161,7 +161,38 @@ def test_live_at_peak_is_roam_plans_line(tmp_path):
             graph = json.load(f)
         plan = json.loads(plan_path.read_text())
         versions.add(plan["version"])
-        pk = live_at_peak(graph, plan["order"], plan["alignment"])
+        pk = live_at_peak(graph, plan["order"], plan["alignment"], plan.get("inplace"))
         assert cli == peak_line(pk) + "; roam viz draws it"
         assert pk["live_bytes"] == plan["stats"]["theoretical_peak_bytes"]
     assert versions == {1, 2}
+
+
+def test_run_takes_the_users_own_model(tmp_path):
+    """python -m roam.run --model package.module:Name: the user's nn.Module class (its batch
+    from example_batch, its loss from loss_fn beside it), planned and run beside the eager
+    loop; a wrong name is one line and exit 2."""
+    (tmp_path / "mynets.py").write_text(
+        "import torch, torch.nn as nn\n"
+        "class TinyLM(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.emb = nn.Embedding(30, 16)\n"
+        "        self.ff = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 30))\n"
+        "    def forward(self, x):\n"
+        "        return self.ff(self.emb(x))\n"
+        "def example_batch(batch_size, generator):\n"
+        "    return (torch.randint(0, 30, (batch_size, 12), generator=generator),\n"
+        "            torch.randint(0, 30, (batch_size, 12), generator=generator))\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + str(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "roam.run", "--model", "mynets:TinyLM",
+                        "--batch-size", "4", "--steps", "2", "--check", "--quiet"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "mynets:TinyLM batch 4" in r.stdout
+    assert "bit-identical" in r.stdout
+    for bad, why in (("mynets:Nope", "has no 'Nope'"), ("no_such_pkg:Net", "cannot import")):
+        r = subprocess.run([sys.executable, "-m", "roam.run", "--model", bad, "--steps", "1"],
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+        assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1
