@@ -9,7 +9,9 @@ import torch.nn as nn
 
 from conftest import capture_small, real_tensor_of_every_graph_tensor, storage_ptr
 from roam.capture import CaptureError
-from roam.capture.export import GraphBuilder, add_order_edges, return_alias_sets
+from roam.capture.edges import add_order_edges
+from roam.capture.export import GraphBuilder
+from roam.capture.schema import return_alias_sets
 from test_capture_tiny import _check_aliases_match_storage
 
 

@@ -1,6 +1,6 @@
 """The ``recomputable`` and ``module`` fields of captured ops (GRAPH_FORMAT.md): the exact
 value for each kind of op on tiny hand-made models, and the rules of
-:func:`roam.capture.export.recompute_blocker` on operator schemas alone."""
+:func:`roam.capture.schema.recompute_blocker` on operator schemas alone."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import roam
 from conftest import TinyCNN, tiny_batch
-from roam.capture.export import is_random_op, recompute_blocker, schema_mutates
+from roam.capture.schema import is_random_op, recompute_blocker, schema_mutates
 
 aten = torch.ops.aten
 

@@ -37,7 +37,8 @@ from .check import (check_graph, inplace_in_order, program_order_peak, resident_
                     with_inplace)
 from .cost import DEFAULT_COST_MODEL, CostModel
 from .errors import CaptureError, GraphCheckError, UnknownModelError
-from .export import GraphBuilder, add_order_edges, dtype_name, measure_costs, resolve_root
+from .edges import add_order_edges, resolve_root
+from .export import GraphBuilder, dtype_name, measure_costs
 from .io import read_graph, write_graph
 from .models import (OPTIMIZERS, build_model, capture_named, capture_torchvision,
                      classification_model_names, make_optimizer, model_names)

@@ -9,8 +9,9 @@ import torch
 from .check import check_graph, inplace_in_order, program_order_peak, summary
 from .cost import DEFAULT_COST_MODEL, CostModel, op_seconds
 from .errors import CaptureError, GraphCheckError
-from .export import (RECOMPUTE_BLOCKERS, GraphBuilder, add_order_edges,
-                     add_write_after_forward_edges, dtype_name, measure_costs, resolve_root)
+from .edges import add_order_edges, add_write_after_forward_edges, resolve_root
+from .export import GraphBuilder, dtype_name, measure_costs
+from .schema import RECOMPUTE_BLOCKERS
 from .functional import functionalize_step
 from .io import dumps_graph, write_graph
 from .rng import preserved_rng_state
@@ -422,7 +423,7 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
     full_meta["recomputable_ops"] = sum(1 for op in built.ops if op["recomputable"])
     full_meta["capture"]["recomputable"] = {
         "ops": full_meta["recomputable_ops"], "not_recomputable": blockers,
-        "rule": "roam.capture.export.recompute_blocker: not recomputable when the op writes "
+        "rule": "roam.capture.schema.recompute_blocker: not recomputable when the op writes "
                 "an argument (schema is_mutable / write alias, version counter, hidden "
                 "writes such as BatchNorm running statistics, optimizer update), an output "
                 "aliases a resident tensor, the op is random and writes or draws from a "

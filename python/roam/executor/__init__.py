@@ -10,7 +10,8 @@
 ``python -m roam.run --model NAME --batch-size B --steps N`` compares eager and roam steps.
 """
 
-from .api import RoamStep, optimize, plan_within_budget
+from .api import RoamStep
+from .optimize import optimize, plan_within_budget
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges, load_plan, parse_size,
                        plan_graph, validate_plan, with_graph_costs)
 from .report import StepReport

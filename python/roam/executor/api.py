@@ -1,4 +1,4 @@
-"""``roam.optimize``: a training step that runs under a roam plan.
+"""The planned training step (:class:`RoamStep`) that ``roam.optimize`` returns.
 
 ``step = roam.optimize(model, optimizer, loss_fn, example_inputs)`` captures one training step
 (:func:`roam.capture`), plans it with libroam (``roam._native.plan``, no subprocess), and
@@ -17,12 +17,9 @@ peak minus its outputs, so scratch that peaks before the outputs exist needs the
 best fit, :func:`roam.executor.program.loans_from_events`); sub-allocated from its planned
 workspace block in request order (first fit); from arena bytes free at that moment
 (``workspaces="arena"``, the default, for all three); else from the fallback heap.
-:func:`optimize` plans the graph as captured (each op's workspace: its peak minus its
-outputs), as ``roam plan`` does on the saved file; only where that plan's trial step (below) holds more than the
-graph run eagerly, because some kernel's scratch that peaks before the op's outputs exist
-does not fit beside them, it plans again with the capture's servable workspaces
-(:func:`servable_workspaces`: the block such an op needs wherever the layout puts it) and
-keeps that plan if its trial passes (``RoamStep.replanned_reason`` says so). Before
+:func:`roam.executor.optimize.optimize` plans the graph as captured and, where a kernel's
+scratch does not fit beside its outputs in that plan, plans again with the capture's servable
+workspaces (see that module). Before
 the first step a planned trial step on copies measures arena + fallback heap peak; a plan
 whose trial (or any later planned step) holds more than the same graph run eagerly is warned
 once and every step from then on runs the program order with ordinary allocation
@@ -47,157 +44,27 @@ graph that is planned where the data flow does not already order them, and a ran
 plan recomputes replays the generator state of its first run.
 """
 
-import copy
 import json
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 
 from ..capture.rng import preserved_rng_state
 from .native import native
-from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges,
-                       eager_kernels_while_tracing, load_plan, parse_size, plan_graph,
-                       servable_workspaces, validate_plan, with_graph_costs)
+from .planning import ALIGNMENT, validate_plan, with_graph_costs
 from .program import PlanMismatch, Program, loans_from_events, ranks_from_events
 from .report import StepReport
 from .scalars import StepScalars
+from .stepping import (NO_STATE, _first_resident_write, _first_tensor, _flatten_state,
+                       _InterruptGuard, _loss_value, _sig, zero_state_template)
+
+__all__ = ["RoamStep", "zero_state_template"]
 
 
 # ---------------------------------------------------------------- the step
-
-NO_STATE = "the optimizer has no state yet (its first step creates it)"
-
-
-def zero_state_template(optimizer: torch.optim.Optimizer):
-    """``(template, None)`` when starting a fresh ``optimizer``'s first step from zeros of the
-    state that step creates gives the step itself bit for bit, else ``(None, why)``.
-    ``template[group]`` maps each state key to ``("param", None)`` (a tensor shaped like its
-    parameter) or ``("scalar", t)`` (zeros like ``t``, e.g. Adam's ``step``). Checked per
-    parameter group on a dummy parameter of 5 elements with two random gradients, the
-    optimizer's own ``step()`` run from no state and from the zeros (hyper-parameters
-    as they are; the optimizer is restored afterwards). Adam, AdamW, RMSprop: exact; SGD with
-    momentum: exact without dampening (its first step copies the gradient)."""
-    from collections import defaultdict
-    from .scalars import _raw_step
-    out = []
-    saved_groups, saved_state = optimizer.param_groups, optimizer.state
-    try:
-        for gi, group in enumerate(saved_groups):
-            kinds = None
-            for trial in range(2):
-                gen = torch.Generator().manual_seed(1234 + trial)
-                p0 = torch.randn(5, generator=gen)
-                grad = torch.randn(5, generator=gen)
-                runs = []
-                for start in ("none", "zeros"):
-                    d = torch.nn.Parameter(p0.clone())
-                    d.grad = grad.clone()
-                    optimizer.param_groups = [dict(group, params=[d])]
-                    optimizer.state = defaultdict(dict)
-                    if start == "zeros":
-                        optimizer.state[d] = {
-                            k: torch.zeros_like(v) for k, v in runs[0][1].items()}
-                    with torch.no_grad():
-                        _raw_step(optimizer)
-                    runs.append((d.detach().clone(), dict(optimizer.state[d])))
-                (pa, sa), (pb, sb) = runs
-                if any(not isinstance(v, torch.Tensor) for v in sa.values()):
-                    return None, (f"the optimizer's state holds values other than tensors "
-                                  f"(group {gi})")
-                if not torch.equal(pa, pb) or set(sa) != set(sb) or \
-                        any(not torch.equal(sa[k], sb[k]) for k in sa):
-                    return None, (f"the optimizer's first step does not start from zeros of its "
-                                  f"state (group {gi})")
-                kinds = {k: ("param", None) if v.shape == p0.shape else
-                         ("scalar", torch.zeros_like(v)) for k, v in sa.items()}
-            out.append(kinds)
-    finally:
-        optimizer.param_groups, optimizer.state = saved_groups, saved_state
-    return out, None
-
-
-def _sig(t: torch.Tensor):
-    return (tuple(t.shape), t.dtype, tuple(t.stride()), t.device.type)
-
-
-def _first_tensor(out) -> torch.Tensor:
-    """The loss among the step's outputs (the first tensor)."""
-    return next(t for t in pytree.tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-
-
-def _loss_value(out) -> Optional[float]:
-    """The first one-element tensor among the step's outputs, as a float (None if none)."""
-    for t in pytree.tree_flatten(out)[0]:
-        if isinstance(t, torch.Tensor) and t.numel() == 1:
-            return float(t)
-    return None
-
-
-def _first_resident_write(graph: Dict[str, Any], op_writes: Dict[str, List[str]],
-                          order: Optional[Sequence[str]]) -> Optional[int]:
-    """The first position in ``order`` (default program order) of an op that writes a
-    resident tensor (parameter, buffer, optimizer state, input), None when none does."""
-    tensors = {t["id"]: t for t in graph["tensors"]}
-
-    def resident(tid):
-        while "alias_of" in tensors[tid]:
-            tid = tensors[tid]["alias_of"]
-        return "role" in tensors[tid]
-    writers = {oid for oid, tids in op_writes.items() if any(resident(t) for t in tids)}
-    order = order if order is not None else [op["id"] for op in graph["ops"]]
-    for k, oid in enumerate(order):
-        if oid in writers:
-            return k
-    return None
-
-
-class _InterruptGuard:
-    """Ctrl-C (SIGINT) during a step: raised at once before the step's first write to a
-    resident tensor; after it, held until the step is done and raised then, so the model and
-    the optimizer are never left half updated. Only in the main thread (elsewhere Python
-    delivers no signal)."""
-
-    def __init__(self):
-        self.armed = False
-        self.pending = False
-        self._old = None
-
-    def _handler(self, signum, frame):
-        if self.armed:
-            self.pending = True
-            return
-        raise KeyboardInterrupt
-
-    def __enter__(self):
-        import signal
-        import threading
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-            self._old = None
-        return False
-
-    def reraise(self) -> None:
-        if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt("roam: interrupted during a step; the step was finished "
-                                    "first (its writes to the model and optimizer had begun)")
-
-
-def _flatten_state(st) -> List[torch.Tensor]:
-    """Placeholder order of the captured step: params, buffers, optimizer state, inputs."""
-    ostate = [st.state_values[k][key] for k in range(len(st.state_index))
-              for key in st.state_keys[k]]
-    return list(st.params) + list(st.buffers) + ostate + list(st.inputs)
-
 
 class RoamStep:
     """One training step under a roam plan; call it as ``loss = step(*inputs)`` (inputs
@@ -218,7 +85,6 @@ class RoamStep:
     def __init__(self, model, optimizer, loss_fn, captured, graph, plan, *, n_loss_inputs=1,
                  debug=False, measure_eager="once", trust_plan=False, priority=100,
                  record=False, workspaces="arena", budget_bytes=None):
-        from ..capture.state import make_state  # noqa: F401  (fail early if capture changed)
         self.model = model
         # train/eval mode of every submodule when the step was captured (it fixes dropout and
         # BatchNorm's behaviour in the graph): a step called in another mode runs eagerly
@@ -924,215 +790,3 @@ class RoamStep:
         out = pytree.tree_map(lambda t: t.detach().clone()
                               if isinstance(t, torch.Tensor) else t, call_graph(gm, *args))
         return out if self.step_fn is not None else _first_tensor(out)
-
-
-def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order: str = "roam",
-                       layout: str = "roam", alignment: int = ALIGNMENT,
-                       time_limit_seconds: float = 60.0, threads: int = 1,
-                       progress: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
-    """A plan of ``graph`` (the planned graph of ``captured``, a :class:`roam.capture.Graph`)
-    whose step fits ``budget_bytes`` (bytes) with the executor's own bytes for generator
-    states: resident + arena + :func:`~roam.executor.program.held_rng_state_bytes` of the
-    random ops the plan recomputes (:func:`~roam.executor.program.replayed_random_ops`) <=
-    ``budget_bytes``. libroam plans resident + arena within a budget (:func:`plan_graph`);
-    when the generator states do not fit beside that plan's arena, it plans again with the
-    budget lowered by them, until a plan fits (each round that does not fit lowers the budget
-    and recomputes more random ops than the one before, so there are at most as many such
-    rounds as random ops in the graph); when libroam finds no plan at a lowered budget, the
-    plan at the smallest budget libroam meets is taken if it fits with its generator states.
-    ``progress`` is called with a line for each round planned again.
-
-    Raises:
-        BudgetInfeasible: no plan fits; ``smallest_budget_bytes`` is resident + arena +
-            generator-state bytes of libroam's plan at the smallest budget libroam meets, a
-            budget this function meets (a plan that recomputes fewer random ops may meet a
-            lower one; with no random op recomputed there it is libroam's own error,
-            unchanged); ``lower_bound_bytes`` is libroam's lower bound of resident + arena.
-    """
-    from .program import held_rng_state_bytes, replayed_random_ops
-    say = progress or (lambda s: None)
-    gm, op_nodes = captured.traced.gm, captured.op_nodes
-    mib = 1 << 20
-
-    def held(p) -> Tuple[int, int, int]:
-        n = len(replayed_random_ops(gm, op_nodes, p["order"]))
-        rng = held_rng_state_bytes(n)
-        st = p["stats"]
-        return int(st["resident_bytes"]) + int(st["arena_bytes"]) + rng, rng, n
-
-    def plan_at(b: int) -> Dict[str, Any]:
-        return plan_graph(graph, order, layout, alignment, time_limit_seconds, threads,
-                          budget_bytes=b)
-
-    b = int(budget_bytes)
-    while True:
-        try:
-            plan = plan_at(b)
-        except BudgetInfeasible as e:
-            if e.smallest_budget_bytes <= 0 or e.smallest_budget_bytes == b:
-                raise
-            smallest = plan_at(e.smallest_budget_bytes)
-            total, rng, n = held(smallest)
-            if total <= budget_bytes:
-                return smallest
-            if rng == 0 and b == budget_bytes:
-                raise  # libroam's own verdict: nothing of the executor's to add
-            what = (f"resident + arena {total - rng} B and {rng} B of CPU generator states the "
-                    f"executor holds for the {n} random ops that plan recomputes"
-                    if rng else "resident + arena")
-            raise BudgetInfeasible(
-                f"roam: budget {budget_bytes} B ({budget_bytes / mib:.2f} MiB) cannot be met: "
-                f"the smallest budget roam meets is {total} B ({total / mib:.2f} MiB: {what}); "
-                f"no schedule, recomputation included, fits below {e.lower_bound_bytes} B "
-                f"({e.lower_bound_bytes / mib:.2f} MiB of resident + arena)",
-                budget_bytes, total, e.lower_bound_bytes) from None
-        total, rng, n = held(plan)
-        if total <= budget_bytes:
-            return plan
-        # rng > budget_bytes - b here (resident + arena <= b): the next budget is below b
-        b = max(1, budget_bytes - rng)
-        say(f"the plan recomputes {n} random ops, whose generator states ({rng} B) do not fit "
-            f"beside its arena: planning again with the budget lowered to {b} B")
-
-
-def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
-             example_inputs=None, plan: Union[None, str, Dict[str, Any]] = None,
-             order: str = "roam", layout: str = "roam", *,
-             model: Optional[torch.nn.Module] = None, schedulers=None,
-             n_loss_inputs: int = 1,
-             alignment: int = ALIGNMENT, time_limit_seconds: float = 60.0, threads: int = 1,
-             debug: bool = False, measure_eager: str = "once", trust_plan: bool = False,
-             workspaces: str = "arena", captured=None,
-             progress: Optional[Callable[[str], None]] = None,
-             budget: Union[None, int, str] = None, cost: Optional[str] = None) -> RoamStep:
-    """Capture one training step, plan it (``order`` / ``layout`` methods of libroam, or the
-    given ``plan``: a roam-plan dict or file path), and return the :class:`RoamStep`.
-
-    Two forms, as :func:`roam.capture`: ``optimize(model, optimizer, loss_fn,
-    example_inputs)`` (the model's inputs, then the last ``n_loss_inputs`` for ``loss_fn(output,
-    *targets)``; ``step(*inputs)`` returns the loss), or ``optimize(train_step,
-    example_inputs)``, the user's whole step function (forward, losses, ``backward()``,
-    clipping, ``optimizer.step()``, ``scheduler.step()``; the model, optimizer and schedulers
-    are found from what it refers to, or given as ``model=``, ``optimizer=``,
-    ``schedulers=``): ``step(*args)`` then does what ``train_step(*args)`` does and returns what
-    it returns, with the LR schedulers' ``step()`` calls run after the graph. What the capture
-    cannot take (``.item()`` steering the step, data-dependent shapes) raises
-    :class:`roam.capture.CaptureError` here, before the first step.
-
-    A given ``plan`` is validated against this capture of the step: its order, offsets,
-    recomputations and bytes must match, or it is refused (warned; every step then runs in
-    program order with ordinary allocation, and :meth:`RoamStep.summary` says so first). Its
-    cost-derived seconds (``stats.compute_seconds``, ``stats.recompute_seconds``: the op
-    seconds of the capture it was planned on, e.g. by ``roam plan --budget`` on a saved graph)
-    are not compared with this capture's, which measures them again or not at all: they do
-    not change what the plan does (:func:`with_graph_costs`). The headline's recompute overhead
-    is the plan's own figure.
-
-    Nothing of ``model`` or ``optimizer`` is modified here (the capture runs on copies; the
-    global RNG state is restored). ``debug``: the allocator checks every allocation against
-    every live block. ``measure_eager``: ``"once"`` (the eager peak of the calibration run is
-    reported with every step) or ``"every"`` (measured again before each step, on copies).
-    ``trust_plan``: skip the validator, the check that the plan's arena is not above the
-    same graph run eagerly and the planned trial step on copies (whose measured total, arena
-    + fallback heap peak, must not be above it either) (tests of the run-time checks). ``workspaces``:
-    ``"arena"`` (default) serves each op's internal allocations from its planned workspace
-    block (plan ``workspace_offsets``, sub-allocated in request order), then those of at least
-    4 KiB from arena bytes free at that moment; ``"heap"`` sends every unplanned allocation
-    to the fallback heap.
-    ``captured``: reuse a :class:`roam.capture.Graph` of this model and optimizer (traced
-    under :func:`eager_kernels_while_tracing`).
-
-    ``budget``: a memory budget for the whole step, resident tensors included (bytes, or a
-    string such as ``"2GiB"``, see :func:`parse_size`): the plan keeps resident + arena + the
-    executor's CPU generator states within it, recomputing forward activations in the
-    backward pass where needed (a roam-plan v2, run op by op: each recomputation re-runs its
-    fx node on the values bound at that step, its outputs at their planned instance offsets).
-    A random op (dropout) that the plan recomputes replays the generator state of its first
-    run, which the executor saves (``torch.get_rng_state()``, 5056 B on torch 2.14's CPU generator) and keeps
-    to the end of the step, outside the plan, plus one more state while a replay runs:
-    :func:`plan_within_budget` counts ``(n + 1)`` states for ``n`` recomputed random ops and,
-    where they do not fit beside the arena, plans again with the budget lowered by them
-    (:attr:`RoamStep.rng_state_bytes` has the figure of the plan in force). What else
-    the step allocates outside the plan (kernel scratch larger than the capture measured, in
-    the fallback heap) is not known before it runs: each report has the measured figure, and
-    a step whose resident + measured peak is above the budget is warned once and said by
-    :meth:`StepReport.why_not_met`. A plan given with ``plan=`` is run as it is (its own
-    recorded budget is the one reported). ``cost``: how the capture gets each op's seconds,
-    which choose what to recompute: ``"measured"`` (default with a budget: median CPU seconds
-    over 3 runs), ``"estimate"`` (a roofline model, deterministic) or ``"none"`` (default
-    without a budget).
-
-    Raises:
-        BudgetInfeasible: no schedule roam finds meets ``budget`` with those generator
-            states; raised here, before any step, naming the smallest budget roam meets, in
-            bytes, generator states included (``smallest_budget_bytes``).
-        ValueError: ``budget`` is not a memory size.
-    """
-    from .. import capture as roam_capture
-    say = progress or (lambda s: None)
-    budget_bytes = None if budget is None else parse_size(budget)
-    if cost is None:
-        cost = "none" if budget_bytes is None or plan is not None else "measured"
-    with preserved_rng_state():
-        if captured is None:
-            say("capturing the training step")
-            if isinstance(model_or_step, torch.nn.Module):
-                example_inputs = tuple(example_inputs)
-            captured = roam_capture.capture(model_or_step, optimizer, loss_fn,
-                                            example_inputs, model=model,
-                                            schedulers=schedulers,
-                                            n_loss_inputs=n_loss_inputs, cost=cost,
-                                            check_peak=False, progress=progress)
-        graph = copy.deepcopy(captured.graph)
-        add_rng_order_edges(graph)  # the capture added them: a graph of another tool may not
-        planned_here = plan is None
-        if plan is None:
-            say(f"planning (order {order}, layout {layout}"
-                + (f", budget {budget_bytes} B)" if budget_bytes is not None else ")"))
-            if budget_bytes is None:
-                plan = plan_graph(graph, order, layout, alignment, time_limit_seconds, threads)
-            else:
-                plan = plan_within_budget(graph, captured, budget_bytes, order, layout,
-                                          alignment, time_limit_seconds, threads, progress)
-        elif isinstance(plan, str):
-            plan = load_plan(plan)
-        say("calibrating (one step in program order and one planned step, on copies)")
-        st = captured.state
-        if isinstance(model_or_step, torch.nn.Module):  # the given ones (captured may be of
-            st_model, st_opt, st_loss = model_or_step, optimizer, loss_fn  # a copy of them)
-        else:
-            st_model, st_opt, st_loss = st.model, st.optimizer, st.loss_fn
-        kw = dict(n_loss_inputs=n_loss_inputs, debug=debug, measure_eager=measure_eager,
-                  trust_plan=trust_plan, workspaces=workspaces,
-                  budget_bytes=budget_bytes if planned_here else None)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            step = RoamStep(st_model, st_opt, st_loss, captured, graph, plan, **kw)
-        if planned_here and step.program is not None and step.program_order_reason and \
-                step.trial_total_bytes is not None:
-            # The plan of the graph as captured (the plan `roam plan` makes of it) could not
-            # serve some kernel's scratch, which peaks before the op's outputs exist and fits
-            # in the op's output slots and workspace block only where they are adjacent: plan
-            # again with the blocks those ops need wherever the layout puts them (the
-            # capture's servable workspaces), and keep that plan if its trial step holds no
-            # more than the graph run eagerly.
-            wider = copy.deepcopy(graph)
-            if servable_workspaces(wider):
-                say("planning again with the servable workspaces (scratch that does not fit "
-                    "beside its op's outputs in the first plan)")
-                plan2 = (plan_graph(wider, order, layout, alignment, time_limit_seconds, threads)
-                         if budget_bytes is None else
-                         plan_within_budget(wider, captured, budget_bytes, order, layout,
-                                            alignment, time_limit_seconds, threads, progress))
-                with warnings.catch_warnings(record=True) as caught2:
-                    warnings.simplefilter("always")
-                    step2 = RoamStep(st_model, st_opt, st_loss, captured, wider, plan2, **kw)
-                if step2.program is not None and step2.program_order_reason is None:
-                    step2.replanned_reason = (
-                        f"the plan of the graph as captured ({step.program_order_reason}) was "
-                        f"planned again with the servable workspaces of "
-                        f"{sum(1 for a, b in zip(graph['ops'], wider['ops']) if a != b)} ops")
-                    step, caught = step2, caught2
-        for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return step
