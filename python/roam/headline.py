@@ -24,7 +24,7 @@ v1 (dicts) by the liveness rules of docs/GRAPH_FORMAT.md, and :func:`peak_line` 
 
 from typing import Optional
 
-__all__ = ["headline", "percent_change", "KEY", "live_at_peak", "peak_line"]
+__all__ = ["headline", "percent_change", "KEY", "live_at_peak", "peak_line", "plan_lower_bound"]
 
 MiB = float(1 << 20)
 
@@ -67,6 +67,21 @@ def headline(peak_bytes: int, cpu_bytes: Optional[int], cuda_bytes: Optional[int
     if lower_bound_bytes is not None:
         s += f"; lower bound {lower_bound_bytes / MiB:.2f} MiB"
     return s
+
+
+def plan_lower_bound(plan: dict) -> Optional[int]:
+    """The headline's lower bound of a roam-plan (arena part, bytes), as ``roam plan`` states
+    it: for a plan without recomputation the bound over the graph's orders (a plan of version 2
+    only because it writes in place keeps that one in ``method.options.order_lower_bound_bytes``,
+    its ``stats.lower_bound_bytes`` being the bound with recomputation allowed); for a plan that
+    recomputes, ``stats.lower_bound_bytes``. None when the plan has no bound."""
+    st = plan.get("stats", {})
+    if not int(st.get("recomputations", 0)):
+        ob = plan.get("method", {}).get("options", {}).get("order_lower_bound_bytes")
+        if ob is not None:
+            return int(ob)
+    lb = st.get("lower_bound_bytes")
+    return None if lb is None else int(lb)
 
 
 def _align(n: int, a: int) -> int:

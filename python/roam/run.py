@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from roam.headline import KEY, percent_change
+from roam.headline import KEY, percent_change, plan_lower_bound
 
 MiB = float(1 << 20)
 
@@ -288,7 +288,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"roam.run: --budget: {e}", file=sys.stderr)
             return 2
     # steady state: one ordinary warm-up step creates the optimizer state
-    eager_step(model, opt, loss_fn, batch_fn(0))
+    try:
+        eager_step(model, opt, loss_fn, batch_fn(0))
+    except Exception as e:  # the user's model on the example batch: bad input, one line
+        hint = ""
+        if ":" in args.model:
+            hint = (f"; without example_batch(batch_size, generator) in its module the batch is "
+                    f"images ({args.batch_size}, 3, {args.image_size}, {args.image_size}) and "
+                    f"labels in [0, {args.num_classes}) (--image-size, --num-classes), the "
+                    f"loss cross-entropy unless the module defines loss_fn(output, target)")
+        print(f"roam.run: --model {args.model}: the ordinary warm-up step on the example batch "
+              f"failed ({type(e).__name__}: {e}){hint}", file=sys.stderr)
+        return 2
     models = {"eager": copy.deepcopy((model, opt))} if not args.no_eager else {}
     if args.check:
         models["graph"] = copy.deepcopy((model, opt))
@@ -305,7 +316,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     st = plan["stats"]
     say(f"captured {len(step.graph['ops'])} ops; plan order {plan['method']['order']}, layout "
         f"{plan['method']['layout']}: Tp {st['theoretical_peak_bytes'] / MiB:.2f} MiB, arena "
-        f"{st['arena_bytes'] / MiB:.2f} MiB, lower bound {st['lower_bound_bytes'] / MiB:.2f} "
+        f"{st['arena_bytes'] / MiB:.2f} MiB, lower bound {plan_lower_bound(plan) / MiB:.2f} "
         f"MiB; Tp(program order) {step.tp_program / MiB:.2f} MiB; resident "
         f"{st['resident_bytes'] / MiB:.2f} MiB ({time.perf_counter() - t0:.1f} s)")
     res = st["resident_bytes"]

@@ -287,3 +287,43 @@ def test_every_optimizer_form_is_captured_and_runs(kind):
         o2.step()
         assert torch.equal(loss, ref.detach())
         assert all(torch.equal(p, q) for p, q in zip(m.parameters(), m2.parameters()))
+
+
+@pytest.mark.parametrize("name", ["unet_bn_inplace_cat", "tied_gpt_adamw"])
+def test_optimize_and_roam_plan_give_the_same_plan_and_headline(tmp_path, name):
+    """One planning path: the graph roam.optimize planned, saved and planned by `roam plan`,
+    gives optimize's order, offsets and in-place writes, and the headline optimize reports is
+    the first line `roam plan` prints (lower bound included: the bound over orders for a plan
+    without recomputation). That graph is the capture itself, or, where the plan of the
+    capture could not serve some kernel's scratch (the U-Net's convolutions on this CPU), the
+    capture with its servable workspaces (roam.executor.planning.servable_workspaces)."""
+    import json
+    import subprocess
+    from conftest import roam_binary
+    from roam.capture.io import write_graph
+    from roam.executor.planning import servable_workspaces
+    cls, make_opt, loss_fn, make_batch = CASES[name]
+    torch.manual_seed(0)
+    model = cls()
+    opt = make_opt(model.parameters())
+    g = torch.Generator().manual_seed(1)
+    b0, b1 = make_batch(g), make_batch(g)
+    opt.zero_grad()
+    loss_fn(model(b0[0]), b0[1]).backward()
+    opt.step()
+    captured = roam.capture(model, opt, loss_fn, b1, cost="none")
+    step = roam.optimize(model, opt, loss_fn, b1, captured=captured)
+    assert step.program_order_reason is None
+    expect = copy.deepcopy(captured.graph)
+    if step.replanned_reason is not None:
+        assert servable_workspaces(expect) > 0
+    assert step.graph == expect
+    gpath, ppath = tmp_path / "g.json", tmp_path / "g.plan.json"
+    write_graph(step.graph, str(gpath))
+    r = subprocess.run([roam_binary(), "plan", str(gpath), "-o", str(ppath), "--time-limit",
+                        "60"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    cli = json.loads(ppath.read_text())
+    for key in ("order", "offsets", "inplace", "workspace_offsets"):
+        assert cli.get(key) == step.plan.get(key), key
+    assert r.stdout.splitlines()[0] == step.headline()

@@ -21,6 +21,8 @@ PHASES = ("forward", "backward", "update", "other")
 
 # The phase the traced function is in right now (None outside a traced step).
 _CURRENT_PHASE: Optional[str] = None
+# How many phase("update") blocks (optimizer steps) have ended so far (updates_done).
+_UPDATES = 0
 
 
 @contextlib.contextmanager
@@ -30,12 +32,15 @@ def phase(name: str):
     global _CURRENT_PHASE
     if name not in PHASES:
         raise ValueError(f"unknown phase {name!r}")
+    global _UPDATES
     old = _CURRENT_PHASE
     _CURRENT_PHASE = name
     try:
         yield
     finally:
         _CURRENT_PHASE = old
+        if name == "update":
+            _UPDATES += 1
 
 
 MODULE_KEY = "roam_module"
@@ -210,6 +215,12 @@ def stamp_nodes(progress: Optional[Callable[[str], None]] = None, every: float =
         yield
     finally:
         torch.fx.Graph.create_node = original
+
+
+def updates_done() -> int:
+    """How many ``phase("update")`` blocks (the optimizer's steps) have ended in this process;
+    compare two readings to tell whether one ended between them."""
+    return _UPDATES
 
 
 def current_phase() -> Optional[str]:

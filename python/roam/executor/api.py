@@ -646,6 +646,12 @@ class RoamStep:
         loss = result if self.step_fn is not None else _first_tensor(result)
         del out, flat, params
         for j in self.scheduler_calls:  # the LR schedulers' step() calls of the step
+            # The graph did the optimizer's update, so its step() was not called: mark it
+            # called as the schedulers' wrapper of optimizer.step() would, or the first
+            # scheduler step warns of a call before optimizer.step(). `_opt_called` is
+            # private (torch.optim.lr_scheduler, LRScheduler.__init__'s
+            # patch_track_step_called; checked on torch 2.13 and 2.14).
+            self.schedulers[j].optimizer._opt_called = True
             self.schedulers[j].step()
         st = session.stats()
         planned_run = self.program is not None and self.program_order_reason is None
@@ -707,9 +713,9 @@ class RoamStep:
         + arena; program order on a CPU allocator = resident + Tp(program order); on PyTorch's
         CUDA caching allocator (simulated) = resident + the segments it would reserve for the
         program order; lower bound. Planned figures, nothing measured."""
-        from ..headline import headline
+        from ..headline import headline, plan_lower_bound
         st = self.plan.get("stats", {})
-        lb = st.get("lower_bound_bytes")
+        lb = plan_lower_bound(self.plan)
         overhead = None
         if st.get("compute_seconds"):
             overhead = float(st.get("recompute_seconds", 0.0)) / float(st["compute_seconds"])

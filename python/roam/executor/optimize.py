@@ -206,6 +206,17 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             return plan_within_budget(g, captured, b, order, layout, alignment,
                                       time_limit_seconds, threads, progress)
 
+        def needs_more(step, b) -> bool:
+            """The planned trial step held more than the graph run eagerly (the step then
+            runs the program order), or, under budget ``b``, resident + its arena + fallback
+            heap peak + generator states came above ``b``."""
+            if step.program is None or step.trial_total_bytes is None:
+                return False
+            if step.program_order_reason:
+                return True
+            return b is not None and (step.resident_bytes + step.trial_total_bytes
+                                      + step.rng_state_bytes) > b
+
         def attempt(b):
             """The step planned at budget ``b`` (None: no budget) and calibrated. The plan of
             the graph as captured (the plan ``roam plan`` makes of it) may not serve some
@@ -213,12 +224,12 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             output slots and workspace block only where they are adjacent: then plan again
             with the blocks those ops need wherever the layout puts them (the capture's
             servable workspaces), and keep that plan if its trial step holds no more than the
-            graph run eagerly. Raises BudgetInfeasible where either plan misses ``b``."""
+            graph run eagerly (and, under a budget, fits it with its fallback heap). Raises
+            BudgetInfeasible where either plan misses ``b``."""
             say(f"planning (order {order}, layout {layout}"
                 + (f", budget {b} B)" if b is not None else ")"))
             step, caught = build(graph, plan_of(graph, b), b)
-            if step.program is None or not step.program_order_reason or \
-                    step.trial_total_bytes is None:
+            if not needs_more(step, b):
                 return step, caught
             wider = copy.deepcopy(graph)
             n_wider = servable_workspaces(wider)
@@ -237,7 +248,7 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
                     f"{step.trial_total_bytes} B)", e.budget_bytes, e.smallest_budget_bytes,
                     e.lower_bound_bytes) from None
             step2, caught2 = build(wider, plan2, b)
-            if step2.program is not None and step2.program_order_reason is None:
+            if step2.program is not None and not needs_more(step2, b):
                 step2.replanned_reason = (
                     f"the plan of the graph as captured ({step.program_order_reason}) was "
                     f"planned again with the servable workspaces of {n_wider} ops")

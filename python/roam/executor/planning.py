@@ -104,7 +104,7 @@ class BudgetInfeasible(ValueError):
     """No schedule roam finds keeps the step within the memory budget (raised before any step
     runs). Attributes, in bytes (resident + arena, as the budget): ``budget_bytes``,
     ``smallest_budget_bytes`` (the smallest budget roam meets on this graph; 0 when nothing
-    could be planned; from :func:`roam.executor.api.plan_within_budget`, the generator states
+    could be planned; from :func:`roam.executor.optimize.plan_within_budget`, the generator states
     the executor holds for recomputed random ops included) and ``lower_bound_bytes`` (no
     schedule, recomputation included, fits below it)."""
 
