@@ -317,14 +317,14 @@ def trace_training_step(state: TrainingState, seed: int = 0,
         if where != "update":
             tr = _modules._TRACKER
             path = next((p for p in reversed(tr.stack) if p), None) if tr is not None else None
-            at = (f"after optimizer.step()" if _modules.updates_done() > updates_before
+            at = ("after optimizer.step()" if _modules.updates_done() > updates_before
                   else f"in the {where} phase")
             raise CaptureError(
                 f"Tensor.item() (or bool(), int(), float() of a tensor) {at}"
                 + (f" (module {path})" if path else "") + ": "
-                f"its value may steer the Python code of the step, which a captured graph "
-                f"cannot replay; keep it a tensor (return it, or compute with torch.where; "
-                f"call .item() on what the step returns)")
+                "its value may steer the Python code of the step, which a captured graph "
+                "cannot replay; keep it a tensor (return it, or compute with torch.where; "
+                "call .item() on what the step returns)")
         with disable_proxy_modes_tracing():
             try:
                 v = torch.ops.aten._local_scalar_dense.default(x)
