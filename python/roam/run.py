@@ -266,7 +266,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         parser.error(f"--json {args.json}: its folder does not exist")
     from .executor import BudgetInfeasible, optimize, parse_size
-    from .capture.errors import UnknownModelError
+    from .capture.errors import CaptureError, UnknownModelError
 
     def say(msg):
         if args.quiet:
@@ -312,6 +312,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BudgetInfeasible as e:
         print(str(e), file=sys.stderr)  # one line, before any step: the smallest budget met
         return 3
+    except CaptureError as e:  # what the model's step does that a graph cannot hold
+        print(f"roam.run: --model {args.model}: {e}", file=sys.stderr)
+        return 2
     plan = step.plan
     st = plan["stats"]
     say(f"captured {len(step.graph['ops'])} ops; plan order {plan['method']['order']}, layout "

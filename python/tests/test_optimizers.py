@@ -15,6 +15,10 @@ OPTIMIZERS = {
     "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, foreach=False),
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=False),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=False),
+    # torch.maximum(..., out=max_exp_avg_sqs): an in-place write through an out= keyword
+    "adam_amsgrad": lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True, foreach=False),
+    "adamw_amsgrad_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True,
+                                                         foreach=True),
 }
 
 

@@ -1,7 +1,9 @@
 // See planner_bridge.h.
 #include "planner_bridge.h"
 
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,19 @@ roam::Graph parse(const std::string& text) {
 }
 
 roam::PlanRequest request(const PlanCall& call) {
+  // The CLI's limits (src/cli/main.cpp): a bad option is the caller's error, never a crash.
+  if (call.alignment == 0 || call.alignment > (uint64_t{1} << 20) ||
+      (call.alignment & (call.alignment - 1)) != 0) {
+    throw std::invalid_argument("alignment " + std::to_string(call.alignment) +
+                                ": must be a power of two between 1 and 1048576 bytes");
+  }
+  if (call.threads < 1) {
+    throw std::invalid_argument("threads " + std::to_string(call.threads) + ": must be at least 1");
+  }
+  if (!(call.time_limit_seconds > 0) || !std::isfinite(call.time_limit_seconds)) {
+    throw std::invalid_argument("time_limit_seconds " + std::to_string(call.time_limit_seconds) +
+                                ": must be a positive number of seconds");
+  }
   roam::PlanRequest req;
   req.order = call.order;
   req.layout = call.layout;

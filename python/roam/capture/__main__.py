@@ -118,8 +118,14 @@ def main(argv=None) -> int:
         # Raised by the model's own training step on this input (e.g. BatchNorm with one value
         # per channel, a pooling output below 1x1 when --image-size is too small, ViT's
         # assertion on its one image size).
-        from .models import input_size_hint
+        from .. import zoo
+        from .models import BERT_PRESETS, input_size_hint
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if args.model in BERT_PRESETS or args.model in zoo.MODELS:  # token ids, no image
+            print(f"error: {args.model} cannot run a training step on a batch of "
+                  f"{args.batch_size} at --seq-len {args.seq_len or 'its default'}: {first}",
+                  file=sys.stderr)
+            return 2
         hint = input_size_hint(args.model, args.batch_size, args.image_size, first)
         print(f"error: {args.model} cannot run a training step on a batch of "
               f"{args.batch_size} at --image-size {args.image_size}: {first} ({hint})",

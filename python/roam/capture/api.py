@@ -513,9 +513,25 @@ def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inp
         if optimizer is None or loss_fn is None or example_inputs is None:
             raise TypeError("capture(model, optimizer, loss_fn, example_inputs): all four are "
                             "needed (or pass a step function first)")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"roam.capture: optimizer: {type(optimizer).__name__} is not a "
+                            f"torch.optim.Optimizer")
+        if not callable(loss_fn):
+            raise TypeError(f"roam.capture: loss_fn: {type(loss_fn).__name__} is not callable")
+        if not isinstance(example_inputs, (tuple, list)):
+            raise TypeError(f"roam.capture: example_inputs: {type(example_inputs).__name__} "
+                            f"given; a tuple (the model's inputs..., then the loss's targets) "
+                            f"is needed")
         state = make_state(model_or_step, optimizer, loss_fn, example_inputs,
                            n_loss_inputs=n_loss_inputs, input_names=input_names)
     else:
+        if not callable(model_or_step):
+            raise TypeError(f"roam.capture: model_or_step: {type(model_or_step).__name__} is "
+                            f"neither an nn.Module nor a step function")
+        if optimizer is not None and example_inputs is not None and \
+                not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"roam.capture: optimizer: {type(optimizer).__name__} is not a "
+                            f"torch.optim.Optimizer")
         if example_inputs is None and optimizer is not None and loss_fn is None and \
                 not isinstance(optimizer, torch.optim.Optimizer):
             example_inputs, optimizer = optimizer, None  # capture(step_fn, example_inputs)
@@ -531,6 +547,11 @@ def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inp
                            step_fn=model_or_step, schedulers=scheds)
     from .trace import refuse_closure_optimizer
     refuse_closure_optimizer(state.optimizer)
+    for sch in state.schedulers:
+        if isinstance(sch, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise CaptureError("ReduceLROnPlateau: its step(metrics) reads a value of the step "
+                               "(the loss), which roam cannot replay after the graph: call it "
+                               "outside the step function, on the loss the step returns")
     tensors = list(state.params) + list(state.buffers) + list(state.inputs) + [
         v for d in state.state_values for v in d.values() if isinstance(v, torch.Tensor)]
     fm = fake_mode_of(tensors)

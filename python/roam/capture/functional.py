@@ -289,7 +289,8 @@ def _rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
             for k, (kind, a) in enumerate(slots):
                 if kind != "arg":
                     continue
-                if len(leaves[a]) == 1 and not isinstance(fargs[a], (list, tuple)):
+                v = fargs[a] if a < len(fargs) else None  # (an out= keyword: not bound)
+                if len(leaves[a]) == 1 and not isinstance(v, (list, tuple)):
                     perms.append((a, None, k))
                 else:
                     perms.append((a, "list", k))

@@ -30,6 +30,8 @@ def write_graph(graph: Dict[str, Any], path: str) -> None:
             gz.write(data)
         data = buf.getvalue()
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"roam: cannot write {path}: the folder {folder} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=".roam-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:

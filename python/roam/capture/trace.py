@@ -144,9 +144,12 @@ class _Backward:
     def __init__(self, leaves: List[torch.Tensor]):
         self.leaves = leaves
         self.last_node: Optional[torch.fx.Node] = None
+        self.before: Optional[Callable[[], None]] = None  # called first (_step_events)
 
     def __call__(self, tensors, grad_tensors=None, retain_graph=None, create_graph=False,
                  grad_variables=None, inputs=None):
+        if self.before is not None:
+            self.before()
         if isinstance(tensors, torch.Tensor):
             tensors = (tensors,)
         tensors = tuple(tensors)
@@ -228,6 +231,103 @@ def _backward_as_grad(leaves: List[torch.Tensor]):
         torch.autograd.backward = autograd_backward
 
 
+@contextlib.contextmanager
+def _step_events(events: List[str], bw: "_Backward", on: bool):
+    """Append ``"zero"`` (``zero_grad()`` of an optimizer or a module), ``"backward"`` and
+    ``"update"`` (the end of ``optimizer.step()``) to ``events`` as a step function does them."""
+    if not on:
+        yield
+        return
+    opt_zero, mod_zero = torch.optim.Optimizer.zero_grad, torch.nn.Module.zero_grad
+    updates = [_modules.updates_done()]
+
+    def note_updates():
+        while updates[0] < _modules.updates_done():
+            updates[0] += 1
+            events.append("update")
+
+    def zero(orig):
+        def z(self, *a, **k):
+            note_updates()
+            events.append("zero")
+            return orig(self, *a, **k)
+        return z
+
+    def backward():
+        note_updates()
+        events.append("backward")
+    torch.optim.Optimizer.zero_grad = zero(opt_zero)
+    torch.nn.Module.zero_grad = zero(mod_zero)
+    bw.before = backward
+    try:
+        yield
+        note_updates()
+    finally:
+        torch.optim.Optimizer.zero_grad, torch.nn.Module.zero_grad = opt_zero, mod_zero
+        bw.before = None
+
+
+def _python_attributes(model: torch.nn.Module) -> Dict[Tuple[str, str], Any]:
+    """The public plain Python attributes (numbers, strings, booleans, None) of every
+    submodule of ``model``: (module path, name) -> value."""
+    out = {}
+    for path, m in model.named_modules():
+        for k, v in vars(m).items():
+            if not k.startswith("_") and (v is None or isinstance(v, (bool, int, float, str))):
+                out[(path, k)] = v
+    return out
+
+
+@contextlib.contextmanager
+def _python_state_unchanged(model: torch.nn.Module):
+    """Refuse a step that changes a module's Python attribute (a step counter on the
+    model): the graph would hold the value of the traced step forever. The attributes are
+    put back as they were before the trace either way."""
+    before = _python_attributes(model)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        after = _python_attributes(model)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        mods = dict(model.named_modules())
+        for path, k in changed:
+            if (path, k) in before and path in mods:
+                setattr(mods[path], k, before[(path, k)])
+    if ok and changed:
+        path, k = changed[0]
+        raise CaptureError(f"the step changes the Python attribute {k!r} of module "
+                           f"{path or type(model).__name__} ({before.get((path, k))!r} -> "
+                           f"{after.get((path, k))!r}): a captured graph holds the value of the "
+                           f"traced step and cannot replay the change; keep such state in a "
+                           f"tensor buffer (register_buffer) updated in place")
+
+
+def _check_gradients_do_not_cross_steps(events: List[str]) -> None:
+    """A step function's gradients must begin and end within the step: roam starts each step
+    from no ``.grad`` and keeps none after it. Refused: gradients accumulated onto those of the
+    step before (no ``zero_grad()`` before the first ``backward()``, nor after the last), and
+    gradients left in ``.grad`` (a ``backward()`` that no ``optimizer.step()`` or
+    ``zero_grad()`` follows)."""
+    if "backward" not in events:
+        return
+    first = events.index("backward")
+    last = len(events) - 1 - events[::-1].index("backward")
+    cleared_before = "zero" in events[:first]
+    after = events[last + 1:]
+    if "update" not in after and "zero" not in after:
+        raise CaptureError("the step function leaves gradients in .grad (a backward() that no "
+                           "optimizer.step() follows): roam keeps no gradients after a step, "
+                           "so gradient accumulation must happen within one step function "
+                           "(several backward() calls, then optimizer.step())")
+    if not cleared_before and "zero" not in after:
+        raise CaptureError("the step function adds its gradients to those .grad held before it "
+                           "(no optimizer.zero_grad() before its first backward(), nor after "
+                           "its last): roam starts each step from no gradients; call "
+                           "zero_grad() in the step")
+
+
 def make_train_step(state: TrainingState, record: Optional[Dict[str, Any]] = None) -> Callable:
     """The function that :func:`trace_training_step` traces:
     ``train_step(params, buffers, optimizer_state, inputs) -> outputs``: the step function
@@ -246,11 +346,15 @@ def make_train_step(state: TrainingState, record: Optional[Dict[str, Any]] = Non
             d.update(zip(state.state_keys[k], optimizer_state[k]))
             dicts[i] = d
         leaves = list(params) + [x for x in inputs if x.requires_grad]
+        events: List[str] = []
         with bound_step(state, params, buffers, dicts) as (st, calls), \
-                _backward_as_grad(leaves), phase("forward"), forward_claims():
+                _backward_as_grad(leaves) as bw, phase("forward"), forward_claims(), \
+                _step_events(events, bw, state.step_fn is not None):
             out = fn(*state.step_args(inputs))
             if state.optimizer is not None:
                 _check_steady_state(state, params, optimizer_state, st, slot, in_optimizer)
+        if state.step_fn is not None:
+            _check_gradients_do_not_cross_steps(events)
         if record is not None:
             record["scheduler_calls"] = list(calls.calls)
         flat, spec = pytree.tree_flatten(out)
@@ -336,6 +440,19 @@ def trace_training_step(state: TrainingState, seed: int = 0,
         return v
 
     decomp = {torch.ops.aten._local_scalar_dense.default: local_scalar_dense}
+
+    def reads_values(name, orig):
+        # Tensor.tolist() / numpy() read a real tensor's values without dispatch (make_fx
+        # sees no op): refused outside the update, as .item() is
+        def read(self, *a, **k):
+            where = _modules.current_phase() or "other"
+            if where != "update":
+                raise CaptureError(f"Tensor.{name}() {'in the ' + where + ' phase'}: its values "
+                                   f"may steer the Python code of the step, which a captured "
+                                   f"graph cannot replay; keep them tensors")
+            return orig(self, *a, **k)
+        return read
+    reads = {n: getattr(torch.Tensor, n) for n in ("tolist", "numpy")}
     record: Dict[str, Any] = {}
     step_fn = make_train_step(state, record)
     fallbacks: Dict[str, int] = {}
@@ -346,6 +463,10 @@ def trace_training_step(state: TrainingState, seed: int = 0,
         stack.enter_context(_track_last_node())
         tracker = stack.enter_context(ModuleTracker(state.model).installed())
         stack.enter_context(eager_kernels_while_tracing())
+        for n, orig in reads.items():
+            setattr(torch.Tensor, n, reads_values(n, orig))
+            stack.callback(setattr, torch.Tensor, n, orig)
+        stack.enter_context(_python_state_unchanged(state.model))
         if state.fake_mode is not None:
             from .fake import count_fallbacks
             fallbacks = stack.enter_context(count_fallbacks())

@@ -170,6 +170,7 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     """
     from .. import capture as roam_capture
     say = progress or (lambda s: None)
+    _check_arguments(plan, measure_eager, workspaces, alignment, time_limit_seconds, threads)
     budget_bytes = None if budget is None else parse_size(budget)
     if cost is None:
         cost = "none" if budget_bytes is None or plan is not None else "measured"
@@ -266,6 +267,31 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return step
+
+
+def _check_arguments(plan, measure_eager, workspaces, alignment, time_limit_seconds,
+                     threads) -> None:
+    """:func:`optimize`'s options, as the CLI checks its own (TypeError / ValueError naming
+    the argument)."""
+    import math
+    if plan is not None and not isinstance(plan, (str, dict)):
+        raise TypeError(f"roam.optimize: plan: {type(plan).__name__} given; a roam-plan dict or "
+                        f"a file path is needed")
+    if measure_eager not in ("once", "every"):
+        raise ValueError(f"roam.optimize: measure_eager: {measure_eager!r} is not 'once' or "
+                         f"'every'")
+    if workspaces not in ("arena", "heap"):
+        raise ValueError(f"roam.optimize: workspaces: {workspaces!r} is not 'arena' or 'heap'")
+    if not isinstance(alignment, int) or alignment < 1 or alignment > (1 << 20) or \
+            alignment & (alignment - 1):
+        raise ValueError(f"roam.optimize: alignment: {alignment!r} is not a power of two "
+                         f"between 1 and 1048576 bytes")
+    if not isinstance(time_limit_seconds, (int, float)) or not time_limit_seconds > 0 or \
+            not math.isfinite(time_limit_seconds):
+        raise ValueError(f"roam.optimize: time_limit_seconds: {time_limit_seconds!r} is not a "
+                         f"positive number of seconds")
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"roam.optimize: threads: {threads!r} is not a whole number >= 1")
 
 
 def attempt_budget(attempt: Callable[[int], Any], budget_bytes: int):
