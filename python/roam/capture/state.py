@@ -535,8 +535,9 @@ def warm_up(state: TrainingState, steps: int = 1, inputs: Optional[Sequence[Any]
         torch.manual_seed(seed)
         for _ in range(steps):
             opt = state.optimizer
-            with bound_step(state, params, buffers, dicts,
-                            optimizer_step=(lambda: raw_step(opt)) if opt else None) as (st, _):
+            with python_state_unchanged(state.model), \
+                    bound_step(state, params, buffers, dicts,
+                               optimizer_step=(lambda: raw_step(opt)) if opt else None) as (st, _):
                 fn(*args)
                 if opt is not None:
                     dicts = {i: st[params[i]] for i in range(len(params)) if st.get(params[i])}
@@ -546,6 +547,43 @@ def warm_up(state: TrainingState, steps: int = 1, inputs: Optional[Sequence[Any]
                                    if isinstance(v, torch.Tensor))) for i in out.state_index]
     out.state_values = [dicts[i] for i in out.state_index]
     return out
+
+
+def python_attributes(model: torch.nn.Module) -> Dict[Tuple[str, str], Any]:
+    """The public plain Python attributes (numbers, strings, booleans, None) of every
+    submodule of ``model``: (module path, name) -> value."""
+    out = {}
+    for path, m in model.named_modules():
+        for k, v in vars(m).items():
+            if not k.startswith("_") and (v is None or isinstance(v, (bool, int, float, str))):
+                out[(path, k)] = v
+    return out
+
+
+@contextlib.contextmanager
+def python_state_unchanged(model: torch.nn.Module):
+    """Refuse a step that changes a module's Python attribute (a step counter on the
+    model): the graph would hold the value of the traced step forever. The attributes are
+    put back as they were before the trace either way."""
+    before = python_attributes(model)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        after = python_attributes(model)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        mods = dict(model.named_modules())
+        for path, k in changed:
+            if (path, k) in before and path in mods:
+                setattr(mods[path], k, before[(path, k)])
+    if ok and changed:
+        path, k = changed[0]
+        raise CaptureError(f"the step changes the Python attribute {k!r} of module "
+                           f"{path or type(model).__name__} ({before.get((path, k))!r} -> "
+                           f"{after.get((path, k))!r}): a captured graph holds the value of the "
+                           f"traced step and cannot replay the change; keep such state in a "
+                           f"tensor buffer (register_buffer) updated in place")
 
 
 def eager_reference(state: TrainingState, steps: int = 1, seed: int = 0):
@@ -567,8 +605,9 @@ def eager_reference(state: TrainingState, steps: int = 1, seed: int = 0):
     torch.manual_seed(seed)
     opt = state.optimizer
     for _ in range(steps):
-        with bound_step(state, params, buffers, dicts,
-                        optimizer_step=(lambda: raw_step(opt)) if opt else None) as (st, _):
+        with python_state_unchanged(state.model), \
+                bound_step(state, params, buffers, dicts,
+                           optimizer_step=(lambda: raw_step(opt)) if opt else None) as (st, _):
             out = fn(*args)
             if opt is not None:
                 dicts = {i: st[params[i]] for i in range(len(params)) if st.get(params[i])}

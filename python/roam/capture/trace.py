@@ -49,7 +49,8 @@ from . import modules as _modules
 from .errors import CaptureError
 from .modules import MODULE_KEY, PHASE_KEY, PHASES, ModuleTracker, forward_claims, phase, \
     stamp_nodes
-from .state import (StepInputs, TrainingState, bound_step, step_function)
+from .state import (StepInputs, TrainingState, bound_step, python_state_unchanged,
+                    step_function)
 
 SEED_KEY = "roam_seed"  # node.meta flag: the ones_like seeding a backward() call
 
@@ -267,43 +268,6 @@ def _step_events(events: List[str], bw: "_Backward", on: bool):
         bw.before = None
 
 
-def _python_attributes(model: torch.nn.Module) -> Dict[Tuple[str, str], Any]:
-    """The public plain Python attributes (numbers, strings, booleans, None) of every
-    submodule of ``model``: (module path, name) -> value."""
-    out = {}
-    for path, m in model.named_modules():
-        for k, v in vars(m).items():
-            if not k.startswith("_") and (v is None or isinstance(v, (bool, int, float, str))):
-                out[(path, k)] = v
-    return out
-
-
-@contextlib.contextmanager
-def _python_state_unchanged(model: torch.nn.Module):
-    """Refuse a step that changes a module's Python attribute (a step counter on the
-    model): the graph would hold the value of the traced step forever. The attributes are
-    put back as they were before the trace either way."""
-    before = _python_attributes(model)
-    ok = False
-    try:
-        yield
-        ok = True
-    finally:
-        after = _python_attributes(model)
-        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-        mods = dict(model.named_modules())
-        for path, k in changed:
-            if (path, k) in before and path in mods:
-                setattr(mods[path], k, before[(path, k)])
-    if ok and changed:
-        path, k = changed[0]
-        raise CaptureError(f"the step changes the Python attribute {k!r} of module "
-                           f"{path or type(model).__name__} ({before.get((path, k))!r} -> "
-                           f"{after.get((path, k))!r}): a captured graph holds the value of the "
-                           f"traced step and cannot replay the change; keep such state in a "
-                           f"tensor buffer (register_buffer) updated in place")
-
-
 def _check_gradients_do_not_cross_steps(events: List[str]) -> None:
     """A step function's gradients must begin and end within the step: roam starts each step
     from no ``.grad`` and keeps none after it. Refused: gradients accumulated onto those of the
@@ -466,7 +430,7 @@ def trace_training_step(state: TrainingState, seed: int = 0,
         for n, orig in reads.items():
             setattr(torch.Tensor, n, reads_values(n, orig))
             stack.callback(setattr, torch.Tensor, n, orig)
-        stack.enter_context(_python_state_unchanged(state.model))
+        stack.enter_context(python_state_unchanged(state.model))
         if state.fake_mode is not None:
             from .fake import count_fallbacks
             fallbacks = stack.enter_context(count_fallbacks())
