@@ -747,8 +747,12 @@ PlanResult plan_core(const Graph& g, const Graph& orig, const std::vector<Inplac
   }
   // A budget at or above g's proven bound gets the plan without recomputation (which may be
   // below its quick plan and below every candidate's peak).
-  if (!base && norecompute_bound < smallest && !out_of_time()) {
-    smallest = std::min(smallest, plan_base().plan.stats.peak_bytes);
+  // `smallest` began as the quick plan's peak (lescea order), which the request's own order
+  // may not reach (--order program): where no candidate went below it, the plan without
+  // recomputation for the requested order is what a budget there gets, so it is named.
+  if (!base && (norecompute_bound < smallest || smallest == base_peak) && !out_of_time()) {
+    const uint64_t planned = plan_base().plan.stats.peak_bytes;
+    smallest = smallest == base_peak ? planned : std::min(smallest, planned);
   }
   stats.seconds = elapsed();
   stats.time_limited = time_cut;
