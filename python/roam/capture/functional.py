@@ -38,7 +38,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .errors import CaptureError
 from .kernels import call_with_grad_mode, needs_grad_mode
-from .modules import MODULE_KEY, PHASE_KEY
+from .modules import MODULE_KEY, PHASE_KEY, on_create_node
 from .state import TrainingState
 from .trace import SEED_KEY, TracedStep, eager_kernels_while_tracing
 
@@ -135,10 +135,7 @@ class _Sourced(torch.fx.Interpreter):
 
 @contextlib.contextmanager
 def _stamp_sources(current: List[Optional[torch.fx.Node]]):
-    original = torch.fx.Graph.create_node
-
-    def create_node(self, *args, **kwargs):
-        node = original(self, *args, **kwargs)
+    def stamp(node):
         src = current[0]
         if src is not None and node.op == "call_function":
             node.meta[SOURCE_KEY] = src
@@ -149,13 +146,9 @@ def _stamp_sources(current: List[Optional[torch.fx.Node]]):
                 for key in (PHASE_KEY, MODULE_KEY, SEED_KEY):
                     if key in src.meta:
                         node.meta[key] = src.meta[key]
-        return node
 
-    torch.fx.Graph.create_node = create_node
-    try:
+    with on_create_node(stamp):
         yield
-    finally:
-        torch.fx.Graph.create_node = original
 
 
 def functionalize_step(traced: TracedStep, state: TrainingState, seed: int = 0,

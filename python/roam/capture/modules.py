@@ -189,16 +189,32 @@ def forward_claims():
 
 
 @contextlib.contextmanager
+def on_create_node(after: Callable[[torch.fx.Node], None]):
+    """Call ``after(node)`` on every node ``torch.fx.Graph.create_node`` makes inside the
+    ``with`` block (the trace's node stamping: phase, module, source, last node)."""
+    original = torch.fx.Graph.create_node
+
+    def create_node(self, *args, **kwargs):
+        node = original(self, *args, **kwargs)
+        after(node)
+        return node
+
+    torch.fx.Graph.create_node = create_node
+    try:
+        yield
+    finally:
+        torch.fx.Graph.create_node = original
+
+
+@contextlib.contextmanager
 def stamp_nodes(progress: Optional[Callable[[str], None]] = None, every: float = 2.0):
     """Wrap ``torch.fx.Graph.create_node`` so every node records the current phase (and,
     with a :class:`ModuleTracker` installed, the current module path under
     ``node.meta["roam_module"]`` where there is one); with ``progress``, report the node
     count every ``every`` seconds."""
-    original = torch.fx.Graph.create_node
     count = [0, time.monotonic()]
 
-    def create_node(self, *args, **kwargs):
-        node = original(self, *args, **kwargs)
+    def stamp(node):
         node.meta[PHASE_KEY] = _CURRENT_PHASE or "other"
         if _TRACKER is not None:
             path = _TRACKER.current(_CURRENT_PHASE)
@@ -208,13 +224,9 @@ def stamp_nodes(progress: Optional[Callable[[str], None]] = None, every: float =
         if progress is not None and time.monotonic() - count[1] >= every:
             count[1] = time.monotonic()
             progress(f"tracing: {count[0]} fx nodes ({_CURRENT_PHASE or 'other'})")
-        return node
 
-    torch.fx.Graph.create_node = create_node
-    try:
+    with on_create_node(stamp):
         yield
-    finally:
-        torch.fx.Graph.create_node = original
 
 
 def updates_done() -> int:

@@ -122,8 +122,21 @@ def tensor_names(model: torch.nn.Module, kind: str) -> Tuple[List[torch.Tensor],
     return tensors, names
 
 
+class _Batch:
+    """``data`` / ``labels``: the first and the last of ``inputs`` (the default step's)."""
+    inputs: Tuple[torch.Tensor, ...]
+
+    @property
+    def data(self) -> torch.Tensor:
+        return self.inputs[0]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.inputs[-1]
+
+
 @dataclass
-class StepInputs:
+class StepInputs(_Batch):
     """Fresh copies of everything one training step reads and mutates.
 
     ``params[i]`` is a leaf (``requires_grad`` as in the model); ``optimizer_state[k]`` is the
@@ -136,14 +149,6 @@ class StepInputs:
     buffers: List[torch.Tensor]
     optimizer_state: List[Tuple[torch.Tensor, ...]]
     inputs: Tuple[torch.Tensor, ...]
-
-    @property
-    def data(self) -> torch.Tensor:
-        return self.inputs[0]
-
-    @property
-    def labels(self) -> torch.Tensor:
-        return self.inputs[-1]
 
     def run(self, gm: torch.fx.GraphModule, seed: int = 0):
         """Run the traced step ``gm`` on these tensors (updated in place; detached, so that
@@ -160,7 +165,7 @@ class StepInputs:
 
 
 @dataclass
-class TrainingState:
+class TrainingState(_Batch):
     """Everything one training step needs, in its steady state.
 
     ``model`` (its mode, train or eval, as given), ``optimizer`` (None only for a step function
@@ -200,14 +205,6 @@ class TrainingState:
     input_spec: Any = None
     input_constants: List[Any] = field(default_factory=list)
     schedulers: List[Any] = field(default_factory=list)
-
-    @property
-    def data(self) -> torch.Tensor:
-        return self.inputs[0]
-
-    @property
-    def labels(self) -> torch.Tensor:
-        return self.inputs[-1]
 
     @property
     def fake(self) -> bool:

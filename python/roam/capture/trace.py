@@ -48,7 +48,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from . import modules as _modules
 from .errors import CaptureError
 from .modules import MODULE_KEY, PHASE_KEY, PHASES, ModuleTracker, forward_claims, phase, \
-    stamp_nodes
+    on_create_node, stamp_nodes
 from .state import (StepInputs, TrainingState, bound_step, python_state_unchanged,
                     step_function)
 
@@ -197,18 +197,10 @@ _LAST_NODE: List[Optional[torch.fx.Node]] = [None]
 
 @contextlib.contextmanager
 def _track_last_node():
-    original = torch.fx.Graph.create_node
-
-    def create_node(self, *args, **kwargs):
-        node = original(self, *args, **kwargs)
-        _LAST_NODE[0] = node
-        return node
-
-    torch.fx.Graph.create_node = create_node
     try:
-        yield
+        with on_create_node(lambda node: _LAST_NODE.__setitem__(0, node)):
+            yield
     finally:
-        torch.fx.Graph.create_node = original
         _LAST_NODE[0] = None
 
 
