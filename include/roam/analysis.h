@@ -28,7 +28,8 @@ bool is_topological(const Graph& g, const Order& order);
 
 Liveness compute_liveness(const Graph& g, const Order& order);
 
-/// Live bytes at every step (sizes rounded up to `alignment`), length = number of ops.
+/// Live bytes at every step (sizes rounded up to `alignment`), length = number of ops. A storage
+/// whose `live.last` is negative is not counted (a range merged into another storage's).
 std::vector<uint64_t> live_bytes_per_step(const Graph& g, const Liveness& live, uint64_t alignment);
 
 /// Theoretical peak Tp: max over steps of live bytes (arena part, resident excluded), bytes.

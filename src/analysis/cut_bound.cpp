@@ -263,26 +263,15 @@ std::vector<uint64_t> live_per_step_with_inplace(const Graph& g, const Order& or
   for (const InplacePair& p : pairs) {  // op order: a write's input storage has its head already
     head[g.storage_of[p.output]] = head[g.storage_of[p.input]];
   }
-  std::vector<int32_t> first(g.storages.size(), std::numeric_limits<int32_t>::max()), last(g.storages.size(), -1);
+  // Each in-place group is one storage from its head's first step to its members' last; the
+  // other members are not counted (last -1).
+  Liveness merged{std::vector<int32_t>(g.storages.size(), std::numeric_limits<int32_t>::max()),
+                  std::vector<int32_t>(g.storages.size(), -1)};
   for (StorageIdx s = 0; s < g.num_storages(); ++s) {
-    first[head[s]] = std::min(first[head[s]], live.first[s]);
-    last[head[s]] = std::max(last[head[s]], live.last[s]);
+    merged.first[head[s]] = std::min(merged.first[head[s]], live.first[s]);
+    merged.last[head[s]] = std::max(merged.last[head[s]], live.last[s]);
   }
-  const int32_t n = g.num_ops();
-  std::vector<int64_t> delta(static_cast<size_t>(n) + 1, 0);
-  for (StorageIdx s = 0; s < g.num_storages(); ++s) {
-    if (head[s] != s) continue;
-    const auto size = static_cast<int64_t>(align_up(g.storages[s].size, alignment));
-    delta[first[s]] += size;
-    delta[last[s] + 1] -= size;
-  }
-  std::vector<uint64_t> bytes(n);
-  int64_t running = 0;
-  for (int32_t t = 0; t < n; ++t) {
-    running += delta[t];
-    bytes[t] = static_cast<uint64_t>(running);
-  }
-  return bytes;
+  return live_bytes_per_step(g, merged, alignment);
 }
 
 // The same per op (indexed by op): an upper bound on every in-place term at that op (what the

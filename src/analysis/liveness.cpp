@@ -59,6 +59,7 @@ std::vector<uint64_t> live_bytes_per_step(const Graph& g, const Liveness& live, 
   const int32_t n = g.num_ops();
   std::vector<int64_t> delta(static_cast<size_t>(n) + 1, 0);
   for (StorageIdx s = 0; s < g.num_storages(); ++s) {
+    if (live.last[s] < 0) continue;  // not counted (a storage merged into another's range)
     const auto size = static_cast<int64_t>(align_up(g.storages[s].size, alignment));
     delta[live.first[s]] += size;
     delta[live.last[s] + 1] -= size;
