@@ -13,6 +13,12 @@ namespace roam {
 
 struct Graph;
 
+/// The alignments a planner request takes (the CLI's --alignment, the Python bridge's
+/// `alignment`): a power of two from 1 to 1 MiB (1048576 bytes).
+inline bool is_plan_alignment(uint64_t a) {
+  return a != 0 && (a & (a - 1)) == 0 && a <= (uint64_t{1} << 20);
+}
+
 struct PlanOptions {
   uint64_t alignment = 64;          // bytes every size and offset is rounded to (power of two)
   int threads = 1;                  // worker threads of the roam planners; the plan is the same

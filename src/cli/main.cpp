@@ -506,7 +506,7 @@ std::string extras_message(const CLI::App& app, const std::vector<std::string>& 
 }
 
 uint64_t check_alignment(uint64_t a) {
-  if (a == 0 || (a & (a - 1)) != 0 || a > (uint64_t{1} << 20)) {
+  if (!roam::is_plan_alignment(a)) {
     throw CLI::ValidationError("--alignment", "must be a power of two between 1 and 1048576 bytes");
   }
   return a;

@@ -32,8 +32,7 @@ roam::Graph parse(const std::string& text) {
 
 roam::PlanRequest request(const PlanCall& call) {
   // The CLI's limits (src/cli/main.cpp): a bad option is the caller's error, never a crash.
-  if (call.alignment == 0 || call.alignment > (uint64_t{1} << 20) ||
-      (call.alignment & (call.alignment - 1)) != 0) {
+  if (!roam::is_plan_alignment(call.alignment)) {
     throw std::invalid_argument("alignment " + std::to_string(call.alignment) +
                                 ": must be a power of two between 1 and 1048576 bytes");
   }
