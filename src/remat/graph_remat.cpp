@@ -763,9 +763,12 @@ PlanResult plan_core(const Graph& g, const Graph& orig, const std::vector<Inplac
 
 }  // namespace
 
-PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& request,
-                                            uint64_t budget_bytes, RematStats* stats_out,
-                                            bool defer_layouts) {
+namespace {
+
+// remat.h's method with `g`'s own costs ranking the candidates (the in-place permissions
+// handled as remat_internal::plan_with_budget says).
+PlanResult plan_ranked(const Graph& g, const PlanRequest& request, uint64_t budget_bytes,
+                       RematStats* stats_out, bool defer_layouts) {
   if (!has_inplace(g)) return plan_core(g, g, {}, request, budget_bytes, stats_out, defer_layouts);
   // With permissions: the candidates recompute on the forced graph, whose in-place writes are
   // aliases (a recomputed write binds to the recomputed input instance; Structure::clone_with
@@ -784,6 +787,82 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   fallback.plan.options["inplace_fallback"] = "the plan with in-place writes failed validation (" +
                                               why + "); planned without them";
   return fallback;
+}
+
+// The recompute seconds of a plan of g (plan version 2 stats) counted with g's costs.
+void restate_costs(const Graph& g, Plan& plan) {
+  plan.stats.compute_seconds = 0;
+  for (const Op& op : g.ops) plan.stats.compute_seconds += op.cost.value_or(0.0);
+  plan.stats.recompute_seconds = 0;
+  std::vector<char> ran(g.ops.size(), 0);
+  for (OpIdx v : plan.order) {
+    if (ran[v]) plan.stats.recompute_seconds += g.ops[v].cost.value_or(0.0);
+    ran[v] = 1;
+  }
+}
+
+}  // namespace
+
+// Feasibility by bytes alone (remat.h, "Costs"): the candidates are first made and tried with
+// every op costing the same (kUnitCost), which decides whether the budget is met and, when it
+// is not, the smallest budget named; a budget met that way is planned again with g's own costs
+// ranking the candidates, and the plan of the two with the fewer recompute seconds by g's costs
+// is returned (the unit-cost one on ties). So costs choose among schedules but never decide
+// whether one exists. The second search gets what is left of the time limit.
+PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& request,
+                                            uint64_t budget_bytes, RematStats* stats_out,
+                                            bool defer_layouts) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  PlanRequest req = request;
+  const double limit = std::min(request.options.time_limit_seconds > 0
+                                    ? request.options.time_limit_seconds : 1e9, 1e9);
+  req.options.deadline = std::min(
+      request.options.deadline,
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit)));
+  Graph unit = g;
+  bool costed = false;
+  for (Op& op : unit.ops) {
+    costed = costed || op.cost.value_or(0.0) != 0.0;
+    op.cost = kUnitCost;
+  }
+  RematStats first;
+  std::optional<PlanResult> met;
+  try {
+    met = plan_ranked(unit, req, budget_bytes, &first, defer_layouts);
+  } catch (const BudgetInfeasible&) {
+    if (stats_out) *stats_out = first;
+    throw;
+  }
+  if (stats_out) *stats_out = first;
+  PlanResult& by_bytes = *met;
+  restate_costs(g, by_bytes.plan);
+  by_bytes.plan.options["remat_ranked_by"] = "unit costs";
+  if (by_bytes.plan.stats.recomputations == 0 || !costed || Clock::now() >= req.options.deadline) {
+    return by_bytes;
+  }
+  req.options.time_limit_seconds =
+      std::max(std::chrono::duration<double>(req.options.deadline - Clock::now()).count(), 1e-3);
+  RematStats second;
+  try {
+    PlanResult by_cost = plan_ranked(g, req, budget_bytes, &second, defer_layouts);
+    if (by_cost.plan.stats.recompute_seconds < by_bytes.plan.stats.recompute_seconds) {
+      by_cost.plan.options["remat_ranked_by"] = "graph costs";
+      by_cost.plan.stats.solve_seconds =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      if (stats_out) {
+        second.time_limited = second.time_limited || first.time_limited;
+        second.seconds = by_cost.plan.stats.solve_seconds;
+        *stats_out = second;
+      }
+      return by_cost;
+    }
+  } catch (const BudgetInfeasible&) {
+    // The graph's costs led to no schedule within the budget: the unit-cost plan stands.
+  }
+  by_bytes.plan.stats.solve_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (stats_out) stats_out->seconds = by_bytes.plan.stats.solve_seconds;
+  return by_bytes;
 }
 
 }  // namespace roam

@@ -137,6 +137,10 @@ struct SpanOption {
 std::vector<const SpanOption*> choose_spans(const std::vector<std::vector<SpanOption>>& options,
                                             uint64_t model_budget);
 
+/// The cost every op gets in the search that decides feasibility (remat.h, "Costs"): one unit
+/// per recomputation, so that it ranks candidates by how many ops they recompute.
+constexpr double kUnitCost = 1.0;
+
 /// roam::plan_with_budget (remat.h) with `defer_layouts` true. false: every candidate gets its
 /// quick layouts in the main loop even when its cut bound already rules it out at the budget
 /// (the method before the layouts were deferred; the same plans and refusals, slower).
