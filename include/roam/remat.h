@@ -61,13 +61,13 @@
 //     resident + their cut is below the smallest so far (the cut bounds every plan of theirs,
 //     so the others can lower neither the smallest nor, by a full plan, the answer).
 //  Costs: whether a budget is met, and the smallest budget a refusal names, depend on bytes
-//  alone. Steps 1-5 run first with every op costing the same (one unit: candidates ranked by
-//  how many ops they recompute); a budget met there is planned again with the graph's own
-//  `cost` ranking the candidates, and the plan with the fewer recompute seconds by those costs
-//  is returned (the unit-cost one on ties, or when the second search meets nothing). So
-//  measured, estimated, equal or absent costs give the same refusals and the same smallest
-//  budget; they choose which schedule meets a budget. The second search gets what is left of
-//  the time limit.
+//  alone. Steps 1-5 run first with no op costing anything (the candidates made from bytes,
+//  ranked by how many ops they recompute); a budget met there is planned again with the
+//  graph's own `cost` ranking the candidates, and the plan with the fewer recompute seconds
+//  by those costs is returned (the cost-free one on ties, or when the second search meets
+//  nothing). So measured, estimated, equal or absent costs give the same refusals and the same
+//  smallest budget; they choose which schedule meets a budget. The second search gets what is
+//  left of the time limit.
 //  The plan without recomputation is made only when the budget is at least resident + g's
 //  proven lower bound (below it no order of g fits) or to name the smallest budget met.
 //  Time: the whole call ends by the earlier of options.deadline and start +

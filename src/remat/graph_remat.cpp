@@ -804,10 +804,10 @@ void restate_costs(const Graph& g, Plan& plan) {
 }  // namespace
 
 // Feasibility by bytes alone (remat.h, "Costs"): the candidates are first made and tried with
-// every op costing the same (kUnitCost), which decides whether the budget is met and, when it
+// no op costing anything (kFeasibilityCost), which decides whether the budget is met and, when it
 // is not, the smallest budget named; a budget met that way is planned again with g's own costs
 // ranking the candidates, and the plan of the two with the fewer recompute seconds by g's costs
-// is returned (the unit-cost one on ties). So costs choose among schedules but never decide
+// is returned (the cost-free one on ties). So costs choose among schedules but never decide
 // whether one exists. The second search gets what is left of the time limit.
 PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& request,
                                             uint64_t budget_bytes, RematStats* stats_out,
@@ -820,16 +820,16 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   req.options.deadline = std::min(
       request.options.deadline,
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit)));
-  Graph unit = g;
+  Graph free = g;
   bool costed = false;
-  for (Op& op : unit.ops) {
+  for (Op& op : free.ops) {
     costed = costed || op.cost.value_or(0.0) != 0.0;
-    op.cost = kUnitCost;
+    op.cost = kFeasibilityCost;
   }
   RematStats first;
   std::optional<PlanResult> met;
   try {
-    met = plan_ranked(unit, req, budget_bytes, &first, defer_layouts);
+    met = plan_ranked(free, req, budget_bytes, &first, defer_layouts);
   } catch (const BudgetInfeasible&) {
     if (stats_out) *stats_out = first;
     throw;
@@ -837,7 +837,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
   if (stats_out) *stats_out = first;
   PlanResult& by_bytes = *met;
   restate_costs(g, by_bytes.plan);
-  by_bytes.plan.options["remat_ranked_by"] = "unit costs";
+  by_bytes.plan.options["remat_ranked_by"] = "bytes alone";
   if (by_bytes.plan.stats.recomputations == 0 || !costed || Clock::now() >= req.options.deadline) {
     return by_bytes;
   }
@@ -858,7 +858,7 @@ PlanResult remat_internal::plan_with_budget(const Graph& g, const PlanRequest& r
       return by_cost;
     }
   } catch (const BudgetInfeasible&) {
-    // The graph's costs led to no schedule within the budget: the unit-cost plan stands.
+    // The graph's costs led to no schedule within the budget: the cost-free plan stands.
   }
   by_bytes.plan.stats.solve_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (stats_out) stats_out->seconds = by_bytes.plan.stats.solve_seconds;
