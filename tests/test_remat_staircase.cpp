@@ -346,7 +346,8 @@ TEST(GraphRematTimeLimit, MessageWithoutCut) {
   EXPECT_FALSE(e.time_limited);
   EXPECT_EQ(std::string(e.what()),
             "budget 1000 B (0.00 MiB) cannot be met: the smallest budget roam meets is 2000 B "
-            "(0.00 MiB); no schedule, recomputation included, fits below 500 B (0.00 MiB, proven)");
+            "(0.00 MiB); no schedule, recomputation included, fits below 500 B (0.00 MiB, proven); "
+            "the smallest budget met is 300.0% above it");
   const roam::BudgetInfeasible cut(1000, 2000, 500, true);
   EXPECT_TRUE(cut.time_limited);
   EXPECT_NE(std::string(cut.what()).find("smallest budget roam meets within the time limit is 2000 B"),

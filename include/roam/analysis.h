@@ -88,6 +88,12 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment);
 /// gets the bytes of its own storages, also live at its step in every order.
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
                                          const std::vector<OpIdx>& ops);
+/// The same, with only the storages s with `crossing[s]` counted where they cross a listed op
+/// (born by an ancestor, used by a descendant); each op's own storages are all counted.
+/// `crossing` has one entry per storage (std::invalid_argument otherwise).
+std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
+                                         const std::vector<OpIdx>& ops,
+                                         const std::vector<char>& crossing);
 
 /// The fewest bytes (sizes rounded to `alignment`) that any valid order holds live at op v's
 /// step. Exact: with D the ops run by v's step (a set closed under predecessors that holds v and

@@ -63,10 +63,17 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule,
                              const std::vector<InplacePair>& inplace = {});
 
 /// A proven lower bound on Tp over every valid schedule, recomputation and in-place writes
-/// allowed (bytes, sizes rounded to `alignment`): each appearance of op v holds its inputs,
-/// outputs and workspace at its step, less what its own in-place writes can share
-/// (InplaceBoundTerms of roam/analysis.h), and the graph outputs are all live at the last step;
-/// the maximum of these.
+/// allowed (bytes, sizes rounded to `alignment`), the maximum of:
+///  - each appearance of op v holds its inputs, outputs and workspace at its step, less what its
+///    own in-place writes can share (InplaceBoundTerms of roam/analysis.h);
+///  - the graph outputs are all live at the last step;
+///  - at v's first appearance, also every output storage of an op that is not recomputable (one
+///    instance, made by its only run) born by an ancestor of v and used by a descendant of v:
+///    no schedule frees it before that use (must-live bytes with only those storages counted
+///    where they cross v, analysis.h lower_bound_per_op; the ops visited in decreasing order of
+///    an upper bound of it, stopped at the first that cannot raise the bound or after 2.5e8
+///    bitset words of work).
+/// On a graph whose ops are all recomputable it is the first two.
 uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment);
 
 /// Checks a roam-plan v1 or v2 document against `g`. Throws InputError (naming `file`, the field and

@@ -21,7 +21,10 @@ struct BoundGraph {
 /// Not copyable safely (graph may point into reduced): built in place.
 void make_bound_graph(const Graph& g, uint64_t alignment, BoundGraph& out);
 
-/// lower_bound_per_op on `g` as it is (no in-place savings, sizes as given).
-std::vector<uint64_t> must_live_plain(const Graph& g, uint64_t alignment, const std::vector<OpIdx>& ops);
+/// lower_bound_per_op on `g` as it is (no in-place savings, sizes as given). `crossing`
+/// (optional, one entry per storage): only those storages count where they cross a listed op;
+/// every listed op's own storages count.
+std::vector<uint64_t> must_live_plain(const Graph& g, uint64_t alignment, const std::vector<OpIdx>& ops,
+                                      const std::vector<char>* crossing = nullptr);
 
 }  // namespace roam::analysis_internal

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <stdexcept>
 
 #include "bound_internal.h"
 #include "roam/analysis.h"
@@ -187,9 +188,18 @@ void make_bound_graph(const Graph& g, uint64_t alignment, BoundGraph& out) {
 
 std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
                                          const std::vector<OpIdx>& ops) {
+  return lower_bound_per_op(g, alignment, ops, std::vector<char>(g.storages.size(), 1));
+}
+
+std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
+                                         const std::vector<OpIdx>& ops,
+                                         const std::vector<char>& crossing) {
+  if (crossing.size() != g.storages.size()) {
+    throw std::invalid_argument("lower_bound_per_op: crossing needs one entry per storage");
+  }
   analysis_internal::BoundGraph b;
   analysis_internal::make_bound_graph(g, alignment, b);
-  std::vector<uint64_t> must = analysis_internal::must_live_plain(*b.graph, alignment, ops);
+  std::vector<uint64_t> must = analysis_internal::must_live_plain(*b.graph, alignment, ops, &crossing);
   // An op's own in-place writes share bytes at its step (at most saving(v), all counted among
   // its own storages); nothing else that must be live at v shares bytes with anything: a storage
   // S that crosses v (born by an ancestor of v, used by a descendant) is read after v, so the op
@@ -203,7 +213,8 @@ std::vector<uint64_t> lower_bound_per_op(const Graph& g, uint64_t alignment,
 }
 
 std::vector<uint64_t> analysis_internal::must_live_plain(const Graph& g, uint64_t alignment,
-                                                         const std::vector<OpIdx>& ops) {
+                                                         const std::vector<OpIdx>& ops,
+                                                         const std::vector<char>* crossing) {
   // Storage s (producer p, users U) is live at op v in every order iff p <= v <= some u in U in
   // the partial order (or p <= v when s is a graph output). The listed ops (the columns) are
   // processed in blocks of up to kBlock, in program position: per block, a bitset row per op x
@@ -220,7 +231,15 @@ std::vector<uint64_t> analysis_internal::must_live_plain(const Graph& g, uint64_
   std::vector<OpIdx> cols = ops;
   std::sort(cols.begin(), cols.end());
   cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
-  for (OpIdx v : cols) must_live[v] = 0;
+  for (OpIdx v : cols) {
+    must_live[v] = 0;
+    if (!crossing) continue;
+    // A storage not counted where it crosses still counts at its own ops (the sweep below
+    // skips it).
+    for (StorageIdx s : g.op_storages[v]) {
+      if (!(*crossing)[s]) must_live[v] += align_up(g.storages[s].size, alignment);
+    }
+  }
   int32_t block = kMaxBlock;
   while (block > 64 && static_cast<size_t>(n) * 2 * (static_cast<size_t>(block) / 8) > kRowBytes) block /= 2;
   std::vector<int32_t> bit(n, -1);  // column position within the current block
@@ -256,7 +275,9 @@ std::vector<uint64_t> analysis_internal::must_live_plain(const Graph& g, uint64_
         for (int32_t w = 0; w < words; ++w) r[w] |= q[w];
       }
     }
-    for (const Storage& st : g.storages) {
+    for (StorageIdx si = 0; si < g.num_storages(); ++si) {
+      if (crossing && !(*crossing)[si]) continue;
+      const Storage& st = g.storages[si];
       const OpIdx hi = st.graph_output ? n - 1 : st.users.back();
       if (st.producer >= b1 || hi < b0) continue;  // no op of this block lies between them
       const uint64_t size = align_up(st.size, alignment);

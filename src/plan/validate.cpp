@@ -45,6 +45,7 @@ uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment) {
   // its in-place savings at its step (analysis.h, InplaceBoundTerms): at every appearance of v
   // its inputs and outputs are distinct instances except where v itself writes an output over
   // an input (an earlier write over one of them would make v read stale contents).
+  const int32_t n = g.num_ops();
   const std::vector<uint64_t> own = lower_bound_per_op(g, alignment, {});
   uint64_t bound = own.empty() ? 0 : *std::max_element(own.begin(), own.end());
   // The graph outputs are live at the last step, each in an instance of its own (none is written
@@ -55,7 +56,71 @@ uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment) {
     if (!g.storages[s].graph_output) continue;
     outputs += terms.storage_bytes.empty() ? align_up(g.storages[s].size, alignment) : terms.storage_bytes[s];
   }
-  return std::max(bound, outputs);
+  bound = std::max(bound, outputs);
+  // Storages no schedule can free early: the outputs of an op that is not recomputable have one
+  // instance, made by its only run. Such a storage, born by an ancestor of op v (or v) and used
+  // by a descendant of v (or a graph output), is live at v's first appearance in every schedule:
+  // the descendant's every appearance follows it and reads that instance. So at that step v's
+  // own storages and those crossing storages are all live (lower_bound_per_op with only them
+  // counted where they cross; distinct bytes, see InplaceBoundTerms).
+  std::vector<char> kept(g.storages.size(), 0);
+  uint64_t kept_total = 0;
+  for (StorageIdx s = 0; s < g.num_tensor_storages; ++s) {
+    const Storage& st = g.storages[s];
+    if (st.producer < 0 || g.ops[st.producer].recomputable || st.size == 0) continue;
+    kept[s] = 1;
+    kept_total += align_up(st.size, alignment);
+  }
+  if (kept_total == 0) return bound;
+  // An upper bound on that value per op, to visit the ops that can raise the bound first and
+  // stop at the first that cannot: v's own aligned bytes plus the kept storages live at v in
+  // program order (every order holds the crossing ones at v; without a topological program
+  // order, all kept bytes).
+  Order program(n);
+  for (OpIdx v = 0; v < n; ++v) program[v] = v;
+  std::vector<uint64_t> upper(n, kept_total);
+  if (is_topological(g, program)) {
+    std::vector<int64_t> delta(static_cast<size_t>(n) + 1, 0);
+    for (StorageIdx s = 0; s < g.num_tensor_storages; ++s) {
+      if (!kept[s]) continue;
+      const Storage& st = g.storages[s];
+      const OpIdx last = st.graph_output ? n - 1 : std::max(st.producer, st.users.empty() ? st.producer : st.users.back());
+      const auto size = static_cast<int64_t>(align_up(st.size, alignment));
+      delta[st.producer] += size;
+      delta[last + 1] -= size;
+    }
+    int64_t live = 0;
+    for (OpIdx v = 0; v < n; ++v) {
+      live += delta[v];
+      upper[v] = static_cast<uint64_t>(live);
+    }
+  }
+  for (OpIdx v = 0; v < n; ++v) {
+    for (StorageIdx s : g.op_storages[v]) upper[v] += align_up(g.storages[s].size, alignment);
+  }
+  std::vector<OpIdx> by_upper(n);
+  for (OpIdx v = 0; v < n; ++v) by_upper[v] = v;
+  std::stable_sort(by_upper.begin(), by_upper.end(),
+                   [&](OpIdx a, OpIdx b) { return upper[a] > upper[b]; });
+  // Work budget (bitset words, as the cut bound's must-live start): the ops visited so far
+  // give a valid bound when it stops early.
+  size_t edges = 0;
+  for (OpIdx v = 0; v < n; ++v) edges += g.succs[v].size();
+  for (const Storage& st : g.storages) edges += st.users.size();
+  constexpr double kWorkWords = 2.5e8;
+  size_t next = 0, chunk = 64;
+  double work = 0;
+  while (next < by_upper.size() && upper[by_upper[next]] > bound && work < kWorkWords) {
+    std::vector<OpIdx> cols;
+    for (; next < by_upper.size() && cols.size() < chunk && upper[by_upper[next]] > bound; ++next) {
+      cols.push_back(by_upper[next]);
+    }
+    const std::vector<uint64_t> must = lower_bound_per_op(g, alignment, cols, kept);
+    for (OpIdx v : cols) bound = std::max(bound, must[v]);
+    work += static_cast<double>(edges + static_cast<size_t>(n)) * static_cast<double>(cols.size()) / 64.0;
+    chunk *= 4;
+  }
+  return bound;
 }
 
 InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule,

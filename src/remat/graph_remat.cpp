@@ -189,6 +189,13 @@ BudgetInfeasible::BudgetInfeasible(uint64_t budget_bytes, uint64_t smallest, uin
         }
         os << "; no schedule, recomputation included, fits below " << bound << " B ("
            << mib_text(bound) << ", proven)";
+        if (smallest > 0 && bound > 0 && smallest >= bound) {
+          os.setf(std::ios::fixed);
+          os.precision(1);
+          os << "; the smallest budget met is "
+             << 100.0 * static_cast<double>(smallest - bound) / static_cast<double>(bound)
+             << "% above it";
+        }
         return os.str();
       }()),
       budget(budget_bytes), smallest_budget(smallest), lower_bound(bound),
