@@ -56,6 +56,16 @@ struct Tensor {
   OpIdx producer = -1;           // op listing it in `outputs`, -1 if none
 };
 
+/// GRAPH_FORMAT.md op field `collective`: the op communicates with the other ranks of a process
+/// group (torch.distributed). Every rank must issue the same collectives in the same order, so
+/// collective ops keep their program order relative to each other in every execution order
+/// (finalize: each one depends on the previous one, Graph::preds) and never run twice.
+struct Collective {
+  std::string kind;                  // non-empty: all_reduce, all_gather, reduce_scatter, ...
+  std::optional<std::string> group;  // the process group's name, when the file gives one
+  bool operator==(const Collective& o) const { return kind == o.kind && group == o.group; }
+};
+
 struct Op {
   std::string id;
   std::string target;
@@ -71,6 +81,8 @@ struct Op {
   /// (i, j) of positions in `inputs` and `outputs`, in file order. Only a plan that says so uses
   /// one (roam/inplace.h); liveness in the graph is as if the op wrote a new storage.
   std::vector<std::pair<int32_t, int32_t>> inplace;
+  /// Set for a collective op (never together with `recomputable`).
+  std::optional<Collective> collective;
 };
 
 /// What the arena must place: a non-resident root storage of non-zero size, or the `workspace`
@@ -99,9 +111,11 @@ struct Graph {
                                            // position; then workspaces in program order
   int32_t num_tensor_storages = 0;         // storages[0, num_tensor_storages) are tensors'
   std::vector<StorageIdx> storage_of;      // per tensor: its root's storage, -1 when resident/empty
-  std::vector<std::vector<OpIdx>> preds;   // per op: unique dependency predecessors (data + after)
+  std::vector<std::vector<OpIdx>> preds;   // per op: unique dependency predecessors (data + after
+                                           // + the previous collective op, for a collective op)
   std::vector<std::vector<OpIdx>> succs;   // per op: unique successors
   std::vector<std::vector<StorageIdx>> op_storages;  // per op: storages it reads or writes, unique
+  std::vector<OpIdx> collectives;          // the collective ops, in program order
   uint64_t resident_bytes = 0;             // sum of sizes of resident root tensors
   std::unordered_map<std::string, TensorIdx> tensor_index;
   std::unordered_map<std::string, OpIdx> op_index;
@@ -119,7 +133,8 @@ struct Graph {
 /// Throws InputError for every rule of GRAPH_FORMAT.md (format/version, duplicate or unknown
 /// ids, producer/role rules, alias cycles, bad sizes, dependency cycles, `inplace` pairs: a list
 /// of [i, j] integer pairs, positions in range, input i and output j of the same size, output j a
-/// root, input i not resident; field `ops[k].inplace`, the op's id).
+/// root, input i not resident; field `ops[k].inplace`, the op's id; `collective` an object with a
+/// non-empty string `kind` and an optional string `group`, never on a `recomputable` op).
 Graph parse_graph(const nlohmann::json& doc, const std::string& file);
 
 /// Reads `path` (plain JSON or gzip when it ends in .gz, or any gzip stream) and parses it.
@@ -127,13 +142,16 @@ Graph parse_graph(const nlohmann::json& doc, const std::string& file);
 Graph load_graph(const std::string& path);
 
 /// Derives what parse_graph derives (producers, alias roots, dependency edges, storages,
-/// workspaces, resident bytes) for a graph built in memory from `tensors` (id, size, role,
-/// alias_of), `ops` (in program order) and `outputs`. Throws InputError, naming `file`, for the
-/// rules parse_graph checks there (two producers, alias cycles, dependency cycles, an op listed
-/// before one it depends on, sizes overflowing). Used for the instance graphs of plan version 2.
+/// workspaces, resident bytes, the collective ops) for a graph built in memory from `tensors`
+/// (id, size, role, alias_of), `ops` (in program order; each op with a `collective` depends on
+/// the previous such op, as the file's collectives do) and `outputs`. Throws InputError, naming
+/// `file`, for the rules parse_graph checks there (two producers, alias cycles, dependency
+/// cycles, an op listed before one it depends on, sizes overflowing). Used for the instance
+/// graphs of plan version 2.
 void finalize_graph(Graph& g, const std::string& file);
 
-/// Serialises a graph back to roam-graph v1 (used by tests and tools), `inplace` included.
+/// Serialises a graph back to roam-graph v1 (used by tests and tools), `inplace` and `collective`
+/// included.
 nlohmann::json graph_to_json(const Graph& graph);
 
 /// Reads a JSON document from a plain or gzip file. Throws InputError (field "(file)" or "(json)").

@@ -169,6 +169,37 @@ void check_inplace_residency(const Ctx& c, const Graph& g) {
   }
 }
 
+// Op field `collective` (GRAPH_FORMAT.md "Ops", "Collectives"): an object with a non-empty
+// string `kind` and an optional string `group`; other keys are ignored (new fields).
+Collective parse_collective(const Ctx& c, const json& v, const std::string& field,
+                            const std::string& id) {
+  if (!v.is_object()) {
+    c.fail(field, id,
+           "must be an object {\"kind\": \"all_reduce\", \"group\": \"...\"}, got " + v.dump());
+  }
+  Collective col;
+  auto kind = v.find("kind");
+  if (kind == v.end()) {
+    c.fail(field + ".kind", id,
+           "missing required field (the collective's kind, e.g. all_reduce, all_gather, "
+           "reduce_scatter)");
+  }
+  if (!kind->is_string() || kind->get_ref<const std::string&>().empty()) {
+    c.fail(field + ".kind", id,
+           "must be a non-empty string (e.g. all_reduce, all_gather, reduce_scatter), got " +
+               kind->dump());
+  }
+  col.kind = kind->get<std::string>();
+  if (auto group = v.find("group"); group != v.end() && !group->is_null()) {
+    if (!group->is_string()) {
+      c.fail(field + ".group", id,
+             "must be a string (the process group's name), got " + group->dump());
+    }
+    col.group = group->get<std::string>();
+  }
+  return col;
+}
+
 // Reports a dependency cycle among the ops left over by Kahn's algorithm.
 [[noreturn]] void fail_cycle(const Ctx& c, const Graph& g, const std::vector<int32_t>& indegree) {
   // Every leftover op has a leftover predecessor: walk predecessors until one repeats.
@@ -270,8 +301,19 @@ void finalize(Graph& g, const Ctx& c) {
     for (TensorIdx w : walked) nearest[w] = found;
     return found;
   };
+  // Collective ops keep their program order (GRAPH_FORMAT.md "Collectives"): each depends on the
+  // previous one, as if it listed it in `after`, so that every order respects it.
+  g.collectives.clear();
+  for (OpIdx v = 0; v < n; ++v) {
+    if (g.ops[v].collective) g.collectives.push_back(v);
+  }
+  size_t next_collective = 0;
   for (OpIdx v = 0; v < n; ++v) {
     auto& p = g.preds[v];
+    if (next_collective < g.collectives.size() && g.collectives[next_collective] == v) {
+      if (next_collective > 0) p.push_back(g.collectives[next_collective - 1]);
+      ++next_collective;
+    }
     for (TensorIdx t : g.ops[v].inputs) {
       OpIdx u = nearest_producer(t);
       if (u >= 0) p.push_back(u);
@@ -552,6 +594,15 @@ Graph parse_graph(const json& doc, const std::string& file) {
     if (auto it = jo.find("inplace"); it != jo.end() && !it->is_null()) {
       op.inplace = parse_inplace(c, *it, field + ".inplace", op, g);
     }
+    if (auto it = jo.find("collective"); it != jo.end() && !it->is_null()) {
+      op.collective = parse_collective(c, *it, field + ".collective", op.id);
+      if (op.recomputable) {
+        c.fail(field + ".recomputable", op.id,
+               "a collective op (collective kind " + quote(op.collective->kind) +
+                   ") must not be recomputable: running it again would issue one more collective "
+                   "on this rank only");
+      }
+    }
     g.ops.push_back(std::move(op));
   }
   // `after` refers to ops by id, possibly later in the file; resolve in a second pass.
@@ -639,6 +690,10 @@ json graph_to_json(const Graph& g) {
       json a = json::array();
       for (const auto& [i, j] : op.inplace) a.push_back(json::array({i, j}));
       jo["inplace"] = std::move(a);
+    }
+    if (op.collective) {
+      jo["collective"] = {{"kind", op.collective->kind}};
+      if (op.collective->group) jo["collective"]["group"] = *op.collective->group;
     }
     ops.push_back(std::move(jo));
   }

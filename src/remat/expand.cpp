@@ -201,6 +201,7 @@ Expanded expand(const Graph& g, const Structure& st, const std::vector<OpIdx>& c
     b.cost = op.cost;
     b.workspace = op.workspace;
     b.recomputable = op.recomputable;
+    b.collective = op.collective;  // collectives keep their order in the expanded graph too
     return b;
   };
   if (names) {
