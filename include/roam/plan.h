@@ -55,8 +55,10 @@ PlanStats compute_stats(const Graph& g, const Order& order, const std::vector<ui
 
 /// The plan as a roam-plan document: version 1, or version 2 when plan.version is 2 or the plan
 /// writes in place (then `recompute_offsets`, `inplace` and the version-2 stats are written too).
-/// Workspace storages go to `workspace_offsets` (op id -> one offset per appearance). `g` is the
-/// graph the plan is for; offsets are keyed by the root ids of apply_inplace(g, plan.inplace).
+/// Workspace storages go to `workspace_offsets` (op id -> one offset per appearance). A graph
+/// with collective ops gets `collectives`: their ids in the order `plan.order` first runs them.
+/// `g` is the graph the plan is for; offsets are keyed by the root ids of
+/// apply_inplace(g, plan.inplace).
 nlohmann::json plan_to_json(const Graph& g, const Plan& plan);
 
 }  // namespace roam

@@ -49,7 +49,8 @@ struct InstanceGraph {
 };
 
 /// Builds the instance graph of `schedule` (op indices of `g`, repeats allowed). Rules checked
-/// (each a problem): every op appears; a repeat only of an op with `recomputable: true`; every
+/// (each a problem): every op appears; a repeat only of an op with `recomputable: true` (a
+/// repeated collective op is named as one); every
 /// input resident or bound by an earlier appearance; an alias output's base bound; every
 /// appearance of v before every appearance of w when w lists v in `after`.
 /// `inplace` (plan field `inplace`, the pairs already checked against the ops' permissions):
@@ -88,7 +89,10 @@ uint64_t recompute_lower_bound(const Graph& g, uint64_t alignment);
 /// plan a problem): an object of output tensor id -> input tensor id (another shape: InputError,
 /// field `inplace`), each pair listed in its op's permissions, the output without an entry in
 /// `offsets` / `recompute_offsets`, and the rule of instance_graph at every appearance. Both
-/// versions: peak_bytes at most method.options.budget_bytes where the plan records a budget.
+/// versions: peak_bytes at most method.options.budget_bytes where the plan records a budget;
+/// collective ops run in program order (a problem names the two ops out of order), and
+/// `collectives` (an array of op ids, another shape: InputError) is present exactly when the graph
+/// has collective ops and equals them in program order and in the order the plan runs them.
 /// `proven_lower_bound`: a version-1 bound the caller has already proven for `g` at the plan's
 /// alignment (e.g. the planner's own lower_bound, when it validates the plan it is about to
 /// write); lower_bound_bytes is checked against it instead of computing roam::lower_bound again.

@@ -1,4 +1,4 @@
-// Plan stats and the roam-plan v1 writer.
+// Plan stats and the roam-plan writer (versions 1 and 2).
 #include "roam/plan.h"
 
 #include <algorithm>
@@ -38,6 +38,18 @@ nlohmann::json plan_to_json(const Graph& g_in, const Plan& plan) {
   nlohmann::json order = nlohmann::json::array();
   for (OpIdx v : plan.order) order.push_back(g.ops[v].id);
   doc["order"] = std::move(order);
+  if (!g.collectives.empty()) {
+    // GRAPH_FORMAT.md plan field `collectives`: the collective ops in the order the plan runs
+    // them (their first appearances; a collective runs once), for other ranks and tools to compare.
+    nlohmann::json collectives = nlohmann::json::array();
+    std::vector<char> seen(g.ops.size(), 0);
+    for (OpIdx v : plan.order) {
+      if (!g.ops[v].collective || seen[v]) continue;
+      seen[v] = 1;
+      collectives.push_back(g.ops[v].id);
+    }
+    doc["collectives"] = std::move(collectives);
+  }
   nlohmann::json offsets = nlohmann::json::object();
   nlohmann::json recompute = nlohmann::json::object();
   nlohmann::json workspaces = nlohmann::json::object();

@@ -182,7 +182,13 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule,
     const Op& op = g.ops[v];
     const int32_t app = runs[v]++;
     const std::string at = "order[" + std::to_string(k) + "]: op '" + op.id + "'";
-    if (app == 1 && !op.recomputable) problem(at + " runs again but is not recomputable");
+    if (app == 1 && op.collective) {
+      problem(at + " runs again but is a collective op (collective kind '" + op.collective->kind +
+              "'), which runs exactly once: a second run would issue one more collective on this "
+              "rank only");
+    } else if (app == 1 && !op.recomputable) {
+      problem(at + " runs again but is not recomputable");
+    }
     if (first[v] < 0) first[v] = static_cast<int32_t>(k);
     last[v] = static_cast<int32_t>(k);
     Op a;
@@ -193,6 +199,7 @@ InstanceGraph instance_graph(const Graph& g, const std::vector<OpIdx>& schedule,
     a.workspace = op.workspace;
     a.recomputable = op.recomputable;
     a.module = op.module;
+    a.collective = op.collective;  // (one appearance each once the schedule is valid)
     const auto here = static_cast<OpIdx>(x.ops.size());
     auto use = [&](TensorIdx b) {  // reads or binds instance b
       if (b >= 0 && x.tensors[b].producer != here) a.inputs.push_back(b);
@@ -360,6 +367,76 @@ void sweep_overlaps(const Graph& x, const std::vector<uint64_t>& offsets, uint64
   }
 }
 
+// "[a, b, c]", at most kMaxProblems ids.
+std::string id_list(const std::vector<std::string>& ids) {
+  std::string s = "[";
+  for (size_t k = 0; k < ids.size() && k < kMaxProblems; ++k) s += (k ? ", '" : "'") + ids[k] + "'";
+  if (ids.size() > kMaxProblems) s += ", ... (" + std::to_string(ids.size()) + " in all)";
+  return s + "]";
+}
+
+// Collective ops (GRAPH_FORMAT.md "Collectives"): `order` (op indices, every op present, repeats
+// of version 2 allowed: a collective's first appearance counts, a repeat is the instance graph's
+// problem) runs them in program order, and the plan field `collectives` (`listed`, null when
+// absent) is present exactly when the graph has collective ops and lists them in that order.
+template <typename Problem>
+void check_collectives(const Graph& g, const Order& order, const nlohmann::json* listed,
+                       const Problem& problem) {
+  if (g.collectives.empty()) {
+    if (listed != nullptr) {
+      problem("collectives: the graph has no collective ops; a plan lists collectives only for a "
+              "graph that has some");
+    }
+    return;
+  }
+  std::vector<int32_t> rank(g.ops.size(), -1);  // position among the collectives in program order
+  for (size_t k = 0; k < g.collectives.size(); ++k) {
+    rank[g.collectives[k]] = static_cast<int32_t>(k);
+  }
+  std::vector<std::string> program, runs;
+  for (OpIdx v : g.collectives) program.push_back(g.ops[v].id);
+  std::vector<char> seen(g.ops.size(), 0);
+  OpIdx prev = -1;
+  size_t prev_step = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const OpIdx v = order[k];
+    if (rank[v] < 0 || seen[v]) continue;
+    seen[v] = 1;
+    runs.push_back(g.ops[v].id);
+    if (prev >= 0 && rank[v] < rank[prev]) {
+      problem("order: collective op '" + g.ops[prev].id + "' (order[" + std::to_string(prev_step) +
+              "]) runs before collective op '" + g.ops[v].id + "' (order[" + std::to_string(k) +
+              "]), which comes before it in program order: collective ops keep their program "
+              "order (every rank issues them in the same order)");
+    }
+    prev = v;
+    prev_step = k;
+  }
+  if (listed == nullptr) {
+    problem("collectives: missing; the graph has " + std::to_string(program.size()) +
+            " collective op(s), which a plan lists in the order it runs them, " + id_list(program));
+    return;
+  }
+  std::vector<std::string> ids;
+  for (size_t k = 0; k < listed->size(); ++k) {
+    ids.push_back((*listed)[k].get<std::string>());
+    const auto it = g.op_index.find(ids.back());
+    if (it == g.op_index.end()) {
+      problem("collectives[" + std::to_string(k) + "]: unknown op '" + ids.back() + "'");
+    } else if (!g.ops[it->second].collective) {
+      problem("collectives[" + std::to_string(k) + "]: op '" + ids.back() +
+              "' is not a collective op");
+    }
+  }
+  if (ids != runs) {
+    problem("collectives: the plan lists " + id_list(ids) +
+            " but its order runs the collective ops as " + id_list(runs));
+  } else if (ids != program) {
+    problem("collectives: " + id_list(ids) +
+            " is not the graph's collective ops in program order, " + id_list(program));
+  }
+}
+
 }  // namespace
 
 ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const std::string& file,
@@ -426,6 +503,21 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   if (auto it = doc.find("workspace_offsets"); it != doc.end()) {
     if (!it->is_object()) r.fail("workspace_offsets", "", "must be an object mapping op ids to arrays of bytes");
     jworkspace = &*it;
+  }
+  // `collectives` (GRAPH_FORMAT.md "Plan"): a list of op ids, checked against the graph below.
+  const nlohmann::json* jcollectives = nullptr;
+  if (auto it = doc.find("collectives"); it != doc.end()) {
+    if (!it->is_array()) {
+      r.fail("collectives", "", "must be an array of op ids (the collective ops in the order the "
+                                "plan runs them), got " + it->dump());
+    }
+    for (size_t k = 0; k < it->size(); ++k) {
+      if (!(*it)[k].is_string()) {
+        r.fail("collectives[" + std::to_string(k) + "]", "",
+               "must be an op id, got " + (*it)[k].dump());
+      }
+    }
+    jcollectives = &*it;
   }
   uint64_t budget = 0;
   bool has_budget = false;
@@ -520,7 +612,8 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
   if (!v2) {  // Dependencies, with the messages of version 1.
     for (OpIdx v : order) {
       for (OpIdx u : g.preds[v]) {
-        if (step[u] > step[v]) {
+        // (two collective ops out of program order: named by check_collectives below)
+        if (step[u] > step[v] && !(g.ops[u].collective && g.ops[v].collective)) {
           problem("order: op '" + g.ops[v].id + "' at step " + std::to_string(step[v]) +
                   " runs before op '" + g.ops[u].id + "' (step " + std::to_string(step[u]) +
                   ") that it depends on");
@@ -528,6 +621,7 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
       }
     }
   }
+  check_collectives(g, order, jcollectives, problem);
   const bool order_respects_dependencies = rep.valid;
   // Version 1 with a broken dependency: liveness is still taken over the plan's order (the
   // instance graph would refuse it), so the layout's problems are listed too.
