@@ -9,7 +9,8 @@
 // must not exceed the minimum Tp over every valid order (enumerated; with `inplace` permissions
 // over every order and every set of in-place writes it allows) and no plan's Tp may be below it.
 // A plan's in-place writes are recounted as merged storages and checked against the rule by the
-// oracle's own reading (check_writes). Any other exception, a sanitizer report or a disagreement is a finding (abort).
+// oracle's own reading (check_writes); its `collectives` against the ops that have `collective`
+// (check_collectives). Any other exception, a sanitizer report or a disagreement is a finding (abort).
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -42,6 +43,9 @@ void check_plan(const roam::Graph& g, const roam::PlanResult& r, const std::stri
   if (!rep.valid) {
     roamfuzz::finding(what + ": plan fails validation: " +
                       (rep.problems.empty() ? std::string("?") : rep.problems.front()));
+  }
+  if (const std::string c = roamfuzz::check_collectives(g, doc); !c.empty()) {
+    roamfuzz::finding(what + ": " + c);
   }
   if (model == nullptr) return;
   std::vector<int32_t> order;
@@ -101,6 +105,9 @@ void run(const std::string& text, uint64_t alignment) {
     }
     for (roam::OpIdx v = 0; v < g.num_ops(); ++v) {
       if (h.ops[v].inplace != g.ops[v].inplace) roamfuzz::finding("graph_to_json round trip loses inplace");
+      if (h.ops[v].collective != g.ops[v].collective) {
+        roamfuzz::finding("graph_to_json round trip loses collective");
+      }
     }
   }
   roamfuzz::Model model;

@@ -141,6 +141,13 @@ inline Model make_model(const roam::Graph& g, uint64_t alignment, const std::vec
     }
     for (int32_t u : g.ops[v].after) m.deps[v].push_back(u);
   }
+  // Collective ops keep their program order ("Collectives"): each after the previous one.
+  int32_t previous_collective = -1;
+  for (int32_t v = 0; v < n; ++v) {
+    if (!g.ops[v].collective) continue;
+    if (previous_collective >= 0) m.deps[v].push_back(previous_collective);
+    previous_collective = v;
+  }
   return m;
 }
 
@@ -429,6 +436,28 @@ inline std::string read_plan(const roam::Graph& g, const Model& m, const nlohman
     }
     offsets[i] = v->get<uint64_t>();
   }
+  return "";
+}
+
+/// The plan field `collectives` against the graph's raw ops: absent when no op has `collective`,
+/// else the ids of those ops in file order, and the order runs them so. "" or a problem.
+inline std::string check_collectives(const roam::Graph& g, const nlohmann::json& doc) {
+  nlohmann::json expect = nlohmann::json::array();
+  for (const roam::Op& op : g.ops) {
+    if (op.collective) expect.push_back(op.id);
+  }
+  if (expect.empty()) return doc.contains("collectives") ? "collectives on a graph without any" : "";
+  if (!doc.contains("collectives")) return "no collectives on a graph with collective ops";
+  if (doc["collectives"] != expect) return "collectives not in program order: " + doc["collectives"].dump();
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& id : doc["order"]) {
+    auto it = g.op_index.find(id.get<std::string>());
+    if (it != g.op_index.end() && g.ops[it->second].collective &&
+        std::find(runs.begin(), runs.end(), id) == runs.end()) {
+      runs.push_back(id);
+    }
+  }
+  if (runs != expect) return "order runs the collectives as " + runs.dump();
   return "";
 }
 

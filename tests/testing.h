@@ -206,8 +206,13 @@ inline BruteModel brute_model(const roam::Graph& g) {
     return t >= 0 ? producer[t] : -1;
   };
   m.preds.assign(m.n, {});
+  int previous_collective = -1;  // collective ops keep their program order (GRAPH_FORMAT.md)
   for (int v = 0; v < m.n; ++v) {
     std::set<int> p;
+    if (g.ops[v].collective) {
+      if (previous_collective >= 0) p.insert(previous_collective);
+      previous_collective = v;
+    }
     for (int t : g.ops[v].inputs) {
       int u = nearest_producer(t);
       if (u >= 0 && u != v) p.insert(u);
