@@ -223,6 +223,11 @@ void Session::set_workspaces_in_arena(bool on) {
   arena_workspaces_ = on;
 }
 
+void Session::set_release_wait(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_wait_s_ = seconds > 0.0 ? seconds : 0.0;
+}
+
 bool Session::debug() const {
   std::lock_guard<std::mutex> lock(mu_);
   return debug_;
@@ -460,7 +465,14 @@ c10::DataPtr Session::allocate(size_t n) {
       if (!pend[i] || plan[i].size != n || plan[i].rank != rank) continue;
       const uint64_t span = round_up(n, alignment_);
       std::string who;
-      if (!arena_range_free_locked(plan[i].offset, span, &who)) {
+      bool free_now = arena_range_free_locked(plan[i].offset, span, &who);
+      if (!free_now && release_wait_s_ > 0.0) {
+        const uint64_t off = plan[i].offset;
+        free_now = freed_cv_.wait_for(lock, std::chrono::duration<double>(release_wait_s_),
+                                      [&] { return arena_range_free_locked(off, span, nullptr); });
+        if (free_now) ++st_.release_waits;
+      }
+      if (!free_now) {
         diverge_locked(current_, "step " + std::to_string(current_) + ": planned block at offset " +
                                      std::to_string(plan[i].offset) + " (" + std::to_string(n) +
                                      " bytes) is still occupied by the live " + who);
@@ -705,6 +717,7 @@ void Session::free_arena_block(uint64_t offset) {
   const ArenaBlock b = it->second;
   arena_live_.erase(it);
   arena_live_bytes_ -= b.span;
+  freed_cv_.notify_all();
   if (record_) {
     events_.emplace_back(current_, b.span, static_cast<int64_t>(offset), -1,
                          reinterpret_cast<uint64_t>(arena_) + offset);

@@ -52,6 +52,8 @@
 // way in every mode, so eager (pass-through) and planned runs are measured alike.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -84,6 +86,7 @@ struct SessionStats {
   uint64_t fallback_peak = 0;          // max over time of fallback_live
   uint64_t total_peak = 0;             // max over time of arena_bytes (if planned) + fallback_live
   uint64_t rearmed = 0;                // planned slots freed inside their op (workspaces)
+  uint64_t release_waits = 0;          // planned requests that waited for a late free (set_release_wait)
   uint64_t mismatches = 0;             // divergences detected (>= 1 means the run diverged)
   int64_t first_mismatch_step = -1;
   std::string first_mismatch;          // message of the first one
@@ -142,6 +145,11 @@ class Session : public std::enable_shared_from_this<Session> {
   bool debug() const;
   /// Serve unplanned requests (workspaces) from free arena bytes when they fit.
   void set_workspaces_in_arena(bool on);
+  /// A planned output whose slot is still held by a block the plan has already freed waits up
+  /// to `seconds` for another thread to free it before the step diverges (0, the default:
+  /// diverge at once). For steps with collectives: the communication library's worker thread
+  /// drops its reference to a collective's buffer shortly after the wait on it returns.
+  void set_release_wait(double seconds);
   /// Records every allocation and free of the step: (step, bytes, arena offset or -1 for the
   /// fallback heap, +1 alloc / -1 free, address). For calibration and for diagnosing a plan that does not match a run.
   void set_record(bool on);
@@ -209,6 +217,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void note_total_locked();
 
   mutable std::mutex mu_;
+  std::condition_variable freed_cv_;  // notified on every arena free (set_release_wait)
+  double release_wait_s_ = 0.0;
   c10::Allocator* previous_ = nullptr;  // restored by uninstall
   uint8_t priority_ = 0;
   bool installed_ = false;

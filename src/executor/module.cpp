@@ -39,6 +39,7 @@ py::dict stats_dict(const SessionStats& s) {
   d["fallback_peak"] = s.fallback_peak;
   d["total_peak"] = s.total_peak;
   d["rearmed"] = s.rearmed;
+  d["release_waits"] = s.release_waits;
   d["mismatches"] = s.mismatches;
   d["first_mismatch_step"] = s.first_mismatch_step;
   d["first_mismatch"] = s.first_mismatch;
@@ -148,6 +149,7 @@ PYBIND11_MODULE(_native, m) {
           "(it was freed before the output was requested in the calibration run)")
       .def("set_pass_through", &Session::set_pass_through)
       .def("set_workspaces_in_arena", &Session::set_workspaces_in_arena)
+      .def("set_release_wait", &Session::set_release_wait)
       .def_property("debug", &Session::debug, &Session::set_debug)
       .def_property("record", [](const Session&) { return false; }, &Session::set_record)
       .def("events", &Session::events)

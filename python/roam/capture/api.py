@@ -417,6 +417,8 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
                  "dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "device": "cpu",
                  "capture": {"tool": "roam.capture", "mode": mode, "trace": trace_desc,
                              "seed": seed, "workspace": ws_meta}}
+    if state.data_parallel is not None:
+        full_meta["distributed"] = state.data_parallel.meta()
     blockers = {k: 0 for k in RECOMPUTE_BLOCKERS}
     for b in built.recompute_blockers.values():
         blockers[b] += 1
@@ -493,12 +495,32 @@ def _to_fake_state(state: TrainingState, fake_mode) -> TrainingState:
     return state
 
 
+def data_parallel_of(process_group):
+    """``process_group`` of :func:`capture` as a resolved
+    :class:`~roam.capture.collectives.DataParallel`, or None.
+
+    Raises:
+        CaptureError: torch.distributed not initialized; TypeError: not a process group."""
+    if process_group is None:
+        return None
+    from .collectives import DataParallel
+    if isinstance(process_group, DataParallel):
+        return process_group.resolve()
+    import torch.distributed as dist
+    if not isinstance(process_group, dist.ProcessGroup):
+        raise TypeError(f"roam.capture: process_group: {type(process_group).__name__} is "
+                        f"neither a torch.distributed ProcessGroup nor a "
+                        f"roam.capture.collectives.DataParallel")
+    return DataParallel(process_group).resolve()
+
+
 def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
                         model: Optional[torch.nn.Module] = None, schedulers=None,
                         fake: bool = False, n_loss_inputs: int = 1,
                         input_names: Optional[Sequence[str]] = None,
                         warmup_inputs: Optional[Sequence[Any]] = None, seed: int = 0,
-                        progress: Optional[Callable[[str], None]] = None):
+                        progress: Optional[Callable[[str], None]] = None,
+                        process_group=None):
     """The steady-state :class:`TrainingState` of :func:`capture` (same arguments), and the
     notes it adds: ``(state, notes)``. A step function is the first argument when it is not
     an ``nn.Module``; then the second positional argument is ``example_inputs`` and
@@ -545,6 +567,7 @@ def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inp
             example_inputs = (example_inputs,)
         state = make_state(m, opt, None, example_inputs, input_names=input_names,
                            step_fn=model_or_step, schedulers=scheds)
+    state.data_parallel = data_parallel_of(process_group)
     from .trace import refuse_closure_optimizer
     refuse_closure_optimizer(state.optimizer)
     for sch in state.schedulers:
@@ -577,7 +600,7 @@ def capture(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
             cost_repeats: int = 3, cost_model: Optional[CostModel] = None,
             warmup_inputs: Optional[Sequence[Any]] = None, seed: int = 0,
             check_peak: bool = True, meta: Optional[Dict[str, Any]] = None,
-            progress: Optional[Callable[[str], None]] = None) -> Graph:
+            progress: Optional[Callable[[str], None]] = None, process_group=None) -> Graph:
     """Capture one steady-state training step as a roam-graph.
 
     Two forms:
@@ -628,6 +651,15 @@ def capture(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
         check_peak: (real mode) check the measured eager peak against Tp(program order).
         meta: extra ``meta`` fields.
         progress: called with short status strings.
+        process_group: capture one rank of a data-parallel step: a ``torch.distributed``
+            process group (``torch.distributed.group.WORLD`` for the default one), or a
+            :class:`roam.capture.collectives.DataParallel` (group and gradient bucket sizes).
+            After every ``backward()`` the gradients are averaged over the group as
+            ``DistributedDataParallel`` does (buckets of 25 MiB in reverse parameter order,
+            each gradient x 1/world size, one all-reduce per bucket): the all-reduces are
+            ops of the graph (``collective``), the buckets its storages. Every rank of the
+            group must call ``capture`` the same way (the capture runs the step, all-reduces
+            included, several times); ``meta.distributed`` records the rank.
 
     Returns:
         :class:`Graph` (``.save(path)`` writes it).
@@ -642,7 +674,7 @@ def capture(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
     state, notes_extra = make_training_state(
         model_or_step, optimizer, loss_fn, example_inputs, model=model, schedulers=schedulers,
         fake=fake, n_loss_inputs=n_loss_inputs, input_names=input_names,
-        warmup_inputs=warmup_inputs, seed=seed, progress=progress)
+        warmup_inputs=warmup_inputs, seed=seed, progress=progress, process_group=process_group)
     if name is None:
         batch = state.inputs[0].shape[0] if state.inputs and state.inputs[0].dim() else 1
         what = type(state.model).__name__.lower()

@@ -45,6 +45,7 @@ from .cost import estimate_op
 from .functional import INPLACE_KEY, WRITEBACK_KEY
 from .modules import MODULE_KEY, PHASE_KEY, PHASES
 from .trace import SEED_KEY
+from .collectives import collective_kind, group_name_of
 from .schema import (HIDDEN_WRITES, UNDECLARED_ALIAS_OK, _bind, argument_alias_sets,
                      passes_generator, recompute_blocker, return_alias_sets)
 
@@ -392,6 +393,12 @@ class GraphBuilder(torch.fx.Interpreter):
                "outputs": out_ids, "cost": cost, "recomputable": blocker is None}
         if blocker is not None:
             self.g.recompute_blockers[oid] = blocker
+        kind = collective_kind(target)
+        if kind is not None:  # GRAPH_FORMAT.md "Collectives"
+            rec["collective"] = {"kind": kind}
+            group = group_name_of(n.args)
+            if group is not None:
+                rec["collective"]["group"] = group
         module = n.meta.get(MODULE_KEY)
         if module:
             rec["module"] = module

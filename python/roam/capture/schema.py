@@ -21,7 +21,10 @@ from .errors import CaptureError
 # return views of their argument without view tracking, likewise. Every other undeclared
 # storage sharing raises CaptureError.
 UNDECLARED_ALIAS_OK = frozenset({"aten::_unsafe_view", "aten::unsafe_split",
-                                 "aten::unsafe_chunk", "aten::unsafe_split_with_sizes"})
+                                 "aten::unsafe_chunk", "aten::unsafe_split_with_sizes",
+                                 # returns its argument once the collective writing it is
+                                 # done (roam.capture.collectives)
+                                 "_c10d_functional::wait_tensor"})
 
 # Arguments that an operator writes although neither its schema annotates the write nor the
 # tensor's version counter changes (the CPU kernel writes through a raw pointer); fake tensors
@@ -86,7 +89,7 @@ def schema_mutates(schema) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-RECOMPUTE_BLOCKERS = ("random", "writes", "aliases_resident", "uninitialized")
+RECOMPUTE_BLOCKERS = ("collective", "random", "writes", "aliases_resident", "uninitialized")
 
 
 def recompute_blocker(target, written: Sequence[str], output_roots_resident: Sequence[bool],
@@ -127,6 +130,8 @@ def recompute_blocker(target, written: Sequence[str], output_roots_resident: Seq
     concern: the ``after`` edges order every overwrite of a storage after its readers.
     """
     schema = target._schema
+    if schema.name.startswith("_c10d_functional::"):
+        return "collective"
     inplace_name = schema.name.endswith("_") and not schema.name.endswith("__")
     writes = bool(written) or schema_mutates(schema) or inplace_name
     if is_random_op(target) and (writes or explicit_generator):

@@ -205,6 +205,8 @@ class TrainingState(_Batch):
     input_spec: Any = None
     input_constants: List[Any] = field(default_factory=list)
     schedulers: List[Any] = field(default_factory=list)
+    # a rank of a data-parallel step (roam.capture.collectives.DataParallel), else None
+    data_parallel: Any = None
 
     @property
     def fake(self) -> bool:
@@ -486,8 +488,19 @@ def default_step_function(state: TrainingState) -> Callable:
 
 
 def step_function(state: TrainingState) -> Callable:
-    """The function one step calls: the user's ``step_fn`` or :func:`default_step_function`."""
-    return state.step_fn if state.step_fn is not None else default_step_function(state)
+    """The function one step calls: the user's ``step_fn`` or :func:`default_step_function`;
+    for a rank of a data-parallel step (``state.data_parallel``), with every ``backward()``
+    followed by the gradient all-reduce (:func:`roam.capture.collectives.data_parallel_backward`)."""
+    fn = state.step_fn if state.step_fn is not None else default_step_function(state)
+    dp = state.data_parallel
+    if dp is None:
+        return fn
+    from .collectives import data_parallel_backward
+
+    def data_parallel_step(*args):
+        with data_parallel_backward(dp, lambda: list(state.model.parameters())):
+            return fn(*args)
+    return data_parallel_step
 
 
 def _state_dicts(state: TrainingState, optimizer_state: Sequence[Sequence[torch.Tensor]]):

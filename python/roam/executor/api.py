@@ -66,6 +66,53 @@ __all__ = ["RoamStep", "zero_state_template"]
 
 # ---------------------------------------------------------------- the step
 
+def any_rank(flag: bool, data_parallel) -> bool:
+    """``flag`` or'ed over the ranks of a data-parallel step (one all-reduce, MAX, on its
+    group); ``flag`` itself when ``data_parallel`` is None. Where the ranks decide
+    something that changes which collectives they issue, they decide it together."""
+    if data_parallel is None:
+        return bool(flag)
+    import torch.distributed as dist
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=data_parallel.group)
+    return bool(t.item())
+
+
+def collective_sequence(graph: Dict[str, Any], order: Sequence[str]) -> List[Tuple[str, int]]:
+    """``(kind, bytes of its first output)`` of each collective op of ``graph`` in ``order``
+    (GRAPH_FORMAT.md "Collectives"): what a rank issues, to be compared across ranks."""
+    ops = {op["id"]: op for op in graph["ops"]}
+    size = {t["id"]: int(t["size"]) for t in graph["tensors"]}
+    out = []
+    for oid in order:
+        op = ops.get(oid)
+        if op is not None and "collective" in op:
+            out.append((op["collective"]["kind"],
+                        size.get(op["outputs"][0], 0) if op["outputs"] else 0))
+    return out
+
+
+def check_ranks_agree(graph: Dict[str, Any], order: Sequence[str], data_parallel) -> None:
+    """Every rank of ``data_parallel``'s group issues the same collectives in the same order
+    under its plan (or the program order): else a RuntimeError on every rank, before any
+    step (a rank that issues another collective than the others waits forever)."""
+    if data_parallel is None:
+        return
+    import torch.distributed as dist
+    mine = collective_sequence(graph, order)
+    seqs: List[Any] = [None] * data_parallel.world_size
+    dist.all_gather_object(seqs, mine, group=data_parallel.group)
+    for r, other in enumerate(seqs):
+        if other != mine:
+            k = next((i for i, (a, b) in enumerate(zip(mine, other)) if a != b),
+                     min(len(mine), len(other)))
+            raise RuntimeError(
+                f"roam: rank {data_parallel.rank} and rank {r} would issue different "
+                f"collectives ({len(mine)} and {len(other)} of them, first difference at "
+                f"collective {k}): the ranks must capture the same step (same model, "
+                f"optimizer and batch shape)")
+
+
 class RoamStep:
     """One training step under a roam plan; call it as ``loss = step(*inputs)`` (inputs
     shaped like the ``example_inputs`` given to :func:`optimize`). See the module docstring.
@@ -94,6 +141,8 @@ class RoamStep:
         # the user's step function (None: the default step of model, optimizer, loss_fn) and
         # the LR schedulers whose step() calls it makes, run after each step from the graph
         self.step_fn = captured.state.step_fn
+        # a rank of a data-parallel step (roam.capture.collectives.DataParallel), else None
+        self.data_parallel = getattr(captured.state, "data_parallel", None)
         self.schedulers = list(captured.state.schedulers)
         self.scheduler_calls = list(getattr(captured.traced, "scheduler_calls", []))
         self._input_constants = list(captured.state.input_constants)
@@ -194,6 +243,9 @@ class RoamStep:
         if self.unplanned_reason is not None:
             warnings.warn(f"roam: {self.unplanned_reason}; running the captured step in program "
                           f"order with ordinary allocation", stacklevel=3)
+        # the ranks of a data-parallel step issue the same collectives in the same order
+        check_ranks_agree(graph, plan["order"] if self.program is not None
+                          else [op["id"] for op in graph["ops"]], self.data_parallel)
         # plan version 2: ops run again in the backward pass; the budget it was planned for
         self.recomputations = self.program.recomputations if self.program is not None else 0
         # the budget of the whole step (resident included): optimize(budget=...)'s, else the
@@ -250,6 +302,11 @@ class RoamStep:
         self.session.debug = bool(debug)
         self.session.record = bool(record)
         self.session.set_workspaces_in_arena(workspaces == "arena")
+        if self.data_parallel is not None:
+            # the process group's worker thread drops its reference to a collective's
+            # buffer just after the wait on it returns: a planned output whose slot that
+            # buffer still holds waits for it (up to 1 s) instead of diverging
+            self.session.set_release_wait(1.0)
         # a planned trial step on copies: what the arena cannot serve (scratch that no loan,
         # workspace block or free arena range takes) goes to the fallback heap; a plan whose
         # step would then hold more than the same graph run eagerly is not run at all
@@ -542,15 +599,21 @@ class RoamStep:
         self._bind_cache = None  # it may hold the dropped state tensors
 
     def _eager_step(self, inputs):
+        from ..capture.collectives import data_parallel_backward
         from ..capture.state import primary_output
+        # a rank of a data-parallel step averages its gradients as the graph does
+        averaged = data_parallel_backward(self.data_parallel,
+                                          lambda: list(self.model.parameters()))
         if self.step_fn is not None:  # the user's own step, as they would run it
-            out = self.step_fn(*inputs)
+            with averaged:
+                out = self.step_fn(*inputs)
             return pytree.tree_map(
                 lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
         n = len(inputs) - self.n_loss_inputs
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(primary_output(self.model(*inputs[:n])), *inputs[n:])
-        loss.backward()
+        with averaged:
+            loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()

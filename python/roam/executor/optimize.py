@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 
 from ..capture.rng import preserved_rng_state
-from .api import RoamStep
+from .api import RoamStep, any_rank
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges, load_plan, parse_size,
                        plan_graph, servable_workspaces)
 
@@ -104,7 +104,8 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
              debug: bool = False, measure_eager: str = "once", trust_plan: bool = False,
              workspaces: str = "arena", captured=None,
              progress: Optional[Callable[[str], None]] = None,
-             budget: Union[None, int, str] = None, cost: Optional[str] = None) -> RoamStep:
+             budget: Union[None, int, str] = None, cost: Optional[str] = None,
+             process_group=None) -> RoamStep:
     """Capture one training step, plan it (``order`` / ``layout`` methods of libroam, or the
     given ``plan``: a roam-plan dict or file path), and return the :class:`RoamStep`.
 
@@ -162,6 +163,17 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     over 3 runs), ``"estimate"`` (a roofline model, deterministic) or ``"none"`` (default
     without a budget).
 
+    ``process_group``: run one rank of a data-parallel step on ``torch.distributed`` (a
+    ``ProcessGroup``, e.g. ``torch.distributed.group.WORLD``, or a
+    :class:`roam.capture.collectives.DataParallel`): the capture adds the gradient
+    all-reduces that ``DistributedDataParallel`` would make (same buckets, same averaging;
+    :func:`roam.capture.capture`), the planners keep them in program order (every rank issues
+    the same collectives in the same order) and every step runs them on the group. Every
+    rank calls ``optimize`` with its own batch of the same shape; the ranks check at the
+    start that their plans issue the same collectives (RuntimeError if not). With a budget,
+    op costs default to ``"estimate"`` (the same on every rank). The model is used as it is:
+    not wrapped in DDP.
+
     Raises:
         BudgetInfeasible: no schedule roam finds meets ``budget`` with those generator
             states; raised here, before any step, naming the smallest budget roam meets, in
@@ -173,7 +185,8 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     _check_arguments(plan, measure_eager, workspaces, alignment, time_limit_seconds, threads)
     budget_bytes = None if budget is None else parse_size(budget)
     if cost is None:
-        cost = "none" if budget_bytes is None or plan is not None else "measured"
+        cost = "none" if budget_bytes is None or plan is not None else (
+            "measured" if process_group is None else "estimate")
     with preserved_rng_state():
         if captured is None:
             say("capturing the training step")
@@ -183,7 +196,8 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
                                             example_inputs, model=model,
                                             schedulers=schedulers,
                                             n_loss_inputs=n_loss_inputs, cost=cost,
-                                            check_peak=False, progress=progress)
+                                            check_peak=False, progress=progress,
+                                            process_group=process_group)
         graph = copy.deepcopy(captured.graph)
         add_rng_order_edges(graph)  # the capture added them: a graph of another tool may not
         st = captured.state
@@ -212,11 +226,15 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             runs the program order), or, under budget ``b``, resident + its arena + fallback
             heap peak + generator states came above ``b``."""
             if step.program is None or step.trial_total_bytes is None:
-                return False
-            if step.program_order_reason:
-                return True
-            return b is not None and (step.resident_bytes + step.trial_total_bytes
-                                      + step.rng_state_bytes) > b
+                more = False
+            elif step.program_order_reason:
+                more = True
+            else:
+                more = b is not None and (step.resident_bytes + step.trial_total_bytes
+                                          + step.rng_state_bytes) > b
+            # every rank of a data-parallel step builds (and calibrates, collectives
+            # included) the same number of steps: one rank's need is all ranks'
+            return any_rank(more, st.data_parallel)
 
         def attempt(b):
             """The step planned at budget ``b`` (None: no budget) and calibrated. The plan of
