@@ -80,13 +80,17 @@ class DataParallel:
 
     ``group``: the ``torch.distributed`` process group (``None``: the default group, which
     must be initialized). ``bucket_cap_bytes`` / ``first_bucket_bytes``: the gradient bucket
-    sizes (bytes), DDP's defaults.
+    sizes (bytes), DDP's defaults. ``broadcast_buffers``: as DDP's (default True): at the
+    start of the step every module buffer (BatchNorm's running statistics)
+    takes rank 0's values (DDP does it before each forward; roam once per step, the same for
+    a step with one forward).
 
     Raises (:meth:`resolve`): CaptureError when torch.distributed is not initialized.
     """
     group: Any = None
     bucket_cap_bytes: int = DDP_BUCKET_CAP_BYTES
     first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES
+    broadcast_buffers: bool = True
 
     def resolve(self) -> "DataParallel":
         import torch.distributed as dist
@@ -98,7 +102,8 @@ class DataParallel:
         if self.bucket_cap_bytes <= 0 or self.first_bucket_bytes <= 0:
             raise ValueError(f"roam: bucket sizes must be positive, not "
                              f"{self.first_bucket_bytes} / {self.bucket_cap_bytes} B")
-        return DataParallel(group, self.bucket_cap_bytes, self.first_bucket_bytes)
+        return DataParallel(group, self.bucket_cap_bytes, self.first_bucket_bytes,
+                            self.broadcast_buffers)
 
     @property
     def world_size(self) -> int:
@@ -121,6 +126,7 @@ class DataParallel:
                 "backend": str(dist.get_backend(self.group)), "group": self.group_name,
                 "bucket_cap_bytes": self.bucket_cap_bytes,
                 "first_bucket_bytes": self.first_bucket_bytes,
+                "broadcast_buffers": self.broadcast_buffers,
                 "gradient_average": "each gradient x 1/world_size, then all-reduce (sum) of "
                                     "its bucket, as DistributedDataParallel"}
 
@@ -166,6 +172,23 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], dp: DataParallel) -> in
             for i, g, piece in zip(b, grads, pieces):
                 params[i].grad = piece.view(g.shape)
     return len(buckets)
+
+
+def broadcast_buffers(buffers: Sequence[torch.Tensor], dp: DataParallel) -> int:
+    """Overwrite each buffer with rank 0's values (one broadcast per buffer, in order), as
+    DDP's ``broadcast_buffers`` does; returns how many were broadcast."""
+    if not dp.broadcast_buffers:
+        return 0
+    c10d = torch.ops._c10d_functional
+    src = 0  # the group's rank 0 (ProcessGroup root rank: a rank within the group)
+    n = 0
+    with torch.no_grad():
+        for b in buffers:
+            if b.numel() == 0:
+                continue
+            b.copy_(c10d.wait_tensor(c10d.broadcast(b, src, dp.group_name)))
+            n += 1
+    return n
 
 
 @contextlib.contextmanager

@@ -495,9 +495,10 @@ def step_function(state: TrainingState) -> Callable:
     dp = state.data_parallel
     if dp is None:
         return fn
-    from .collectives import data_parallel_backward
+    from .collectives import broadcast_buffers, data_parallel_backward
 
     def data_parallel_step(*args):
+        broadcast_buffers(list(state.model.buffers()), dp)
         with data_parallel_backward(dp, lambda: list(state.model.parameters())):
             return fn(*args)
     return data_parallel_step

@@ -599,9 +599,12 @@ class RoamStep:
         self._bind_cache = None  # it may hold the dropped state tensors
 
     def _eager_step(self, inputs):
-        from ..capture.collectives import data_parallel_backward
+        from ..capture.collectives import broadcast_buffers, data_parallel_backward
         from ..capture.state import primary_output
-        # a rank of a data-parallel step averages its gradients as the graph does
+        # a rank of a data-parallel step takes rank 0's buffers and averages its gradients
+        # as the graph does
+        if self.data_parallel is not None:
+            broadcast_buffers(list(self.model.buffers()), self.data_parallel)
         averaged = data_parallel_backward(self.data_parallel,
                                           lambda: list(self.model.parameters()))
         if self.step_fn is not None:  # the user's own step, as they would run it
