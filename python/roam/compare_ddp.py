@@ -3,7 +3,7 @@
 Run under torchrun, one process per rank (gloo on the CPU)::
 
     .venv/bin/torchrun --nproc-per-node 2 -m roam.compare_ddp --model convnet --steps 5 \\
-        --out ddp.json
+        --out ddp.json [--budget 20MiB]
 
 Each rank builds the same model (seed 0) twice: one copy trained by
 ``roam.optimize(model, optimizer, loss_fn, batch, process_group=WORLD)``, the other wrapped in
@@ -69,7 +69,7 @@ def _step_peak(fn) -> Tuple[Any, int]:
 
 
 def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: int = 5,
-        lr: float = 1e-3) -> Dict[str, Any]:
+        lr: float = 1e-3, budget=None) -> Dict[str, Any]:
     """This rank's comparison (module docstring); torch.distributed must be initialized."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -87,7 +87,8 @@ def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: in
                 torch.randint(0, classes, (batch,), generator=gen)) for _ in range(steps)]
     loss_fn = F.cross_entropy
     t0 = time.perf_counter()
-    step = roam.optimize(model, opt, loss_fn, batches[0], process_group=dist.group.WORLD)
+    step = roam.optimize(model, opt, loss_fn, batches[0], process_group=dist.group.WORLD,
+                         budget=budget)
     plan_seconds = time.perf_counter() - t0
 
     def ddp_step(x, y):
@@ -133,7 +134,9 @@ def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: in
         "ddp_median_seconds": statistics.median(r["ddp_seconds"] for r in steady),
         "collectives": sum(1 for op in graph["ops"] if "collective" in op),
         "plan_collectives": step.plan.get("collectives"),
-        "plan_seconds": plan_seconds,
+        "plan_seconds": plan_seconds, "budget_bytes": step.budget_bytes,
+        "recomputations": step.recomputations,
+        "tp_program_order": step.tp_program,
     }
 
 
@@ -143,13 +146,16 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=32, help="channels / hidden units")
     ap.add_argument("--batch-size", type=int, default=32, help="batch per rank")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--budget", default=None,
+                    help="roam's memory budget for the whole step (resident included), bytes "
+                         "or e.g. 20MiB (default: none)")
     ap.add_argument("--out", default=None, help="JSON file: one list of the ranks' results "
                                                 "(written by rank 0)")
     a = ap.parse_args(argv)
     import torch.distributed as dist
     dist.init_process_group("gloo")
     try:
-        res = run(a.model, a.width, a.batch_size, a.steps)
+        res = run(a.model, a.width, a.batch_size, a.steps, budget=a.budget)
         everyone: List[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, res)
         if dist.get_rank() == 0:

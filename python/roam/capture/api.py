@@ -419,9 +419,10 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
                              "seed": seed, "workspace": ws_meta}}
     if state.data_parallel is not None:
         full_meta["distributed"] = state.data_parallel.meta()
-    blockers = {k: 0 for k in RECOMPUTE_BLOCKERS}
+    # every reason counted, 0 included; "collective" only in graphs that have collectives
+    blockers = {k: 0 for k in RECOMPUTE_BLOCKERS if k != "collective"}
     for b in built.recompute_blockers.values():
-        blockers[b] += 1
+        blockers[b] = blockers.get(b, 0) + 1
     full_meta["recomputable_ops"] = sum(1 for op in built.ops if op["recomputable"])
     full_meta["capture"]["recomputable"] = {
         "ops": full_meta["recomputable_ops"], "not_recomputable": blockers,
