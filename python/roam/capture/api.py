@@ -419,6 +419,9 @@ def capture_step(state: TrainingState, *, name: str, meta: Optional[Dict[str, An
                              "seed": seed, "workspace": ws_meta}}
     if state.data_parallel is not None:
         full_meta["distributed"] = state.data_parallel.meta()
+    elif callable(getattr(state.model, "roam_distributed_meta", None)):
+        # a rank of a fully-sharded step (roam.capture.sharded.ShardedModel)
+        full_meta["distributed"] = state.model.roam_distributed_meta()
     # every reason counted, 0 included; "collective" only in graphs that have collectives
     blockers = {k: 0 for k in RECOMPUTE_BLOCKERS if k != "collective"}
     for b in built.recompute_blockers.values():
@@ -569,6 +572,11 @@ def make_training_state(model_or_step, optimizer=None, loss_fn=None, example_inp
         state = make_state(m, opt, None, example_inputs, input_names=input_names,
                            step_fn=model_or_step, schedulers=scheds)
     state.data_parallel = data_parallel_of(process_group)
+    if state.data_parallel is not None and callable(
+            getattr(state.model, "roam_distributed_meta", None)):
+        raise CaptureError("roam.capture: process_group (data parallel: gradients all-reduced) "
+                           "and a ShardedModel (gradients reduce-scattered inside the model) "
+                           "do not combine: a ShardedModel needs no process_group")
     from .trace import refuse_closure_optimizer
     refuse_closure_optimizer(state.optimizer)
     for sch in state.schedulers:
