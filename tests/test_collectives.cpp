@@ -1,4 +1,4 @@
-// Collective ops (GRAPH_FORMAT.md op field `collective`, "Collectives", plan field
+// Collective ops (docs/COLLECTIVES.md: op field `collective`, the rule, plan field
 // `collectives`): read and written back, kept in program order by every order method and by the
 // recomputation planner, checked by the validator; bad input refused with exit status 2.
 #include <gtest/gtest.h>

@@ -206,7 +206,7 @@ inline BruteModel brute_model(const roam::Graph& g) {
     return t >= 0 ? producer[t] : -1;
   };
   m.preds.assign(m.n, {});
-  int previous_collective = -1;  // collective ops keep their program order (GRAPH_FORMAT.md)
+  int previous_collective = -1;  // collective ops keep their program order (docs/COLLECTIVES.md)
   for (int v = 0; v < m.n; ++v) {
     std::set<int> p;
     if (g.ops[v].collective) {

@@ -56,7 +56,7 @@ struct Tensor {
   OpIdx producer = -1;           // op listing it in `outputs`, -1 if none
 };
 
-/// GRAPH_FORMAT.md op field `collective`: the op communicates with the other ranks of a process
+/// docs/COLLECTIVES.md op field `collective`: the op communicates with the other ranks of a process
 /// group (torch.distributed). Every rank must issue the same collectives in the same order, so
 /// collective ops keep their program order relative to each other in every execution order
 /// (finalize: each one depends on the previous one, Graph::preds) and never run twice.

@@ -110,6 +110,12 @@ def test_captured_rank_has_the_bucket_all_reduces_as_collectives(one_rank):
     bad["order"][i], bad["order"][j] = bad["order"][j], bad["order"][i]
     rep = validate_plan(g.data, bad)
     assert not rep["valid"]
+    assert any(coll[0]["id"] in p and coll[1]["id"] in p for p in rep["problems"])
+    # the independent recount agrees on both
+    from roam.reference.recount import recount
+    assert recount(g.data, plan["order"]).tp_bytes == plan["stats"]["theoretical_peak_bytes"]
+    with pytest.raises(ValueError, match="collective op"):
+        recount(g.data, bad["order"])
 
 
 def test_one_rank_step_equals_eager_training(one_rank):

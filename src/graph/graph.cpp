@@ -169,7 +169,7 @@ void check_inplace_residency(const Ctx& c, const Graph& g) {
   }
 }
 
-// Op field `collective` (GRAPH_FORMAT.md "Ops", "Collectives"): an object with a non-empty
+// Op field `collective` (docs/COLLECTIVES.md): an object with a non-empty
 // string `kind` and an optional string `group`; other keys are ignored (new fields).
 Collective parse_collective(const Ctx& c, const json& v, const std::string& field,
                             const std::string& id) {
@@ -301,7 +301,7 @@ void finalize(Graph& g, const Ctx& c) {
     for (TensorIdx w : walked) nearest[w] = found;
     return found;
   };
-  // Collective ops keep their program order (GRAPH_FORMAT.md "Collectives"): each depends on the
+  // Collective ops keep their program order (docs/COLLECTIVES.md): each depends on the
   // previous one, as if it listed it in `after`, so that every order respects it.
   g.collectives.clear();
   for (OpIdx v = 0; v < n; ++v) {

@@ -39,7 +39,7 @@ nlohmann::json plan_to_json(const Graph& g_in, const Plan& plan) {
   for (OpIdx v : plan.order) order.push_back(g.ops[v].id);
   doc["order"] = std::move(order);
   if (!g.collectives.empty()) {
-    // GRAPH_FORMAT.md plan field `collectives`: the collective ops in the order the plan runs
+    // docs/COLLECTIVES.md: plan field `collectives`: the collective ops in the order the plan runs
     // them (their first appearances; a collective runs once), for other ranks and tools to compare.
     nlohmann::json collectives = nlohmann::json::array();
     std::vector<char> seen(g.ops.size(), 0);

@@ -375,7 +375,7 @@ std::string id_list(const std::vector<std::string>& ids) {
   return s + "]";
 }
 
-// Collective ops (GRAPH_FORMAT.md "Collectives"): `order` (op indices, every op present, repeats
+// Collective ops (docs/COLLECTIVES.md): `order` (op indices, every op present, repeats
 // of version 2 allowed: a collective's first appearance counts, a repeat is the instance graph's
 // problem) runs them in program order, and the plan field `collectives` (`listed`, null when
 // absent) is present exactly when the graph has collective ops and lists them in that order.
@@ -504,7 +504,7 @@ ValidationReport validate_plan(const Graph& g, const nlohmann::json& doc, const 
     if (!it->is_object()) r.fail("workspace_offsets", "", "must be an object mapping op ids to arrays of bytes");
     jworkspace = &*it;
   }
-  // `collectives` (GRAPH_FORMAT.md "Plan"): a list of op ids, checked against the graph below.
+  // `collectives` (docs/COLLECTIVES.md): a list of op ids, checked against the graph below.
   const nlohmann::json* jcollectives = nullptr;
   if (auto it = doc.find("collectives"); it != doc.end()) {
     if (!it->is_array()) {

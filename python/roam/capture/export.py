@@ -394,7 +394,7 @@ class GraphBuilder(torch.fx.Interpreter):
         if blocker is not None:
             self.g.recompute_blockers[oid] = blocker
         kind = collective_kind(target)
-        if kind is not None:  # GRAPH_FORMAT.md "Collectives"
+        if kind is not None:  # docs/COLLECTIVES.md
             rec["collective"] = {"kind": kind}
             group = group_name_of(n.args)
             if group is not None:

@@ -80,7 +80,7 @@ def any_rank(flag: bool, data_parallel) -> bool:
 
 def collective_sequence(graph: Dict[str, Any], order: Sequence[str]) -> List[Tuple[str, int]]:
     """``(kind, bytes of its first output)`` of each collective op of ``graph`` in ``order``
-    (GRAPH_FORMAT.md "Collectives"): what a rank issues, to be compared across ranks."""
+    (docs/COLLECTIVES.md): what a rank issues, to be compared across ranks."""
     ops = {op["id"]: op for op in graph["ops"]}
     size = {t["id"]: int(t["size"]) for t in graph["tensors"]}
     out = []

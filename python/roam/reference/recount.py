@@ -161,7 +161,8 @@ def recount(graph, order: Sequence[str], *, alignment: int = 64) -> Recount:
     Raises:
         ValueError: ``graph`` is malformed; ``order`` is not a valid plan-v2 order (an unknown
             op, an op missing, a repeated op that is not recomputable, an input read before it
-            is produced, an ``after`` edge broken); ``alignment`` not a power of two.
+            is produced, an ``after`` edge broken, collective ops out of program order);
+            ``alignment`` not a power of two.
     """
     g = _as_graph(graph)
     alignment = _check_alignment(alignment)
@@ -195,8 +196,17 @@ def recount(graph, order: Sequence[str], *, alignment: int = 64) -> Recount:
         if inst is not None and inst_last[inst] < k:
             inst_last[inst] = k
 
+    # docs/COLLECTIVES.md: collective ops run in program order
+    collectives = [o["id"] for o in g["ops"] if o.get("collective") is not None]
+    next_collective = 0
     for k, oid in enumerate(order):
         o = ops[oid]
+        if o.get("collective") is not None and oid not in seen:
+            if collectives[next_collective] != oid:
+                raise ValueError(f"order: collective op {oid!r} at step {k} runs before "
+                                 f"collective op {collectives[next_collective]!r}, which comes "
+                                 f"before it in program order")
+            next_collective += 1
         seen[oid] = seen.get(oid, 0) + 1
         if seen[oid] > 1:
             if not o.get("recomputable", False):
