@@ -75,28 +75,46 @@ def main():
                     help="comma-separated LAYOUT[+reshard] (ShardedModel's layout and "
                          "reshard_after_forward); VARIANT in --graph is replaced by each")
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--model", default="net", choices=("net", "gpt2"),
+                    help="net: Net (the test's); gpt2: a tiny GPT-2 of roam.zoo (tied LM "
+                         "head, dropout 0.1), fully_shard per block")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    base = Net()
-    g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
-    batches = [(torch.randn(args.batch, 6, generator=g), torch.randint(0, 3, (args.batch,),
-                                                                       generator=g))
-               for _ in range(args.steps)]
+    if args.model == "gpt2":
+        from roam import zoo
+        cfg = zoo.GPT2Config(vocab_size=61, n_positions=16, n_embd=16, n_layer=2, n_head=2)
+        base = zoo.GPT2(cfg)
+        g = torch.Generator().manual_seed(100 + rank)
+        batches = [zoo.example_batch("gpt2", 2, 12, generator=g, config=cfg)
+                   for _ in range(args.steps)]
+        units = list(base.h)
+        lossf = zoo.lm_loss
+    else:
+        base = Net()
+        g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
+        batches = [(torch.randn(args.batch, 6, generator=g),
+                    torch.randint(0, 3, (args.batch,), generator=g))
+                   for _ in range(args.steps)]
+        units = [base.fc1, base.norm, base.fc2, base.head]
+        lossf = loss_fn
     adam = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01, foreach=False)
 
     # eager FSDP2
     fully_shard = fully_shard_fn()
     ref = copy.deepcopy(base)
-    for m in (ref.fc1, ref.norm, ref.fc2, ref.head):
-        fully_shard(m)
+    names = {id(m): n for n, m in base.named_modules()}
+    by_name = dict(ref.named_modules())
+    for m in units:
+        fully_shard(by_name[names[id(m)]])
     fully_shard(ref)
     ref_opt = torch.optim.Adam(ref.parameters(), **adam)
     ref_losses, ref_params = [], []
-    for x, y in batches:
-        loss = loss_fn(ref(x), y)
+    for k, (x, y) in enumerate(batches):
+        torch.manual_seed(1000 + k)
+        loss = lossf(ref(x), y)
         loss.backward()
         ref_opt.step()
         ref_opt.zero_grad()
@@ -112,15 +130,16 @@ def main():
             sm = ShardedModel(copy.deepcopy(base), layout=layout,
                               reshard_after_forward=reshard)
             opt = torch.optim.Adam(sm.parameters(), **adam)
-            cap = roam.capture(sm, opt, loss_fn, batches[0], cost="none", check_peak=False)
+            cap = roam.capture(sm, opt, lossf, batches[0], cost="none", check_peak=False)
             if rank == 0:
                 cap.save(args.graph.replace("VARIANT", variant))
         # roam's steps
         sm = ShardedModel(copy.deepcopy(base), layout=layout, reshard_after_forward=reshard)
         opt = torch.optim.Adam(sm.parameters(), **adam)
-        step = roam.optimize(sm, opt, loss_fn, batches[0])
+        step = roam.optimize(sm, opt, lossf, batches[0])
         losses, loss_diff, param_diff, modes = [], [], [], []
         for k, (x, y) in enumerate(batches):
+            torch.manual_seed(1000 + k)
             loss = step(x, y)
             losses.append(loss.item())
             loss_diff.append(rel(loss, ref_losses[k]))

@@ -669,6 +669,10 @@ def capture(model_or_step, optimizer=None, loss_fn=None, example_inputs=None, *,
             ops of the graph (``collective``), the buckets its storages. Every rank of the
             group must call ``capture`` the same way (the capture runs the step, all-reduces
             included, several times); ``meta.distributed`` records the rank.
+            Fully-sharded data parallel (FSDP2 / ZeRO-3) needs no ``process_group``: wrap
+            the model in :class:`roam.capture.sharded.ShardedModel` (its forward and
+            backward all-gather and reduce-scatter; ``meta.distributed`` kind
+            ``fully_sharded``); the two do not combine.
 
     Returns:
         :class:`Graph` (``.save(path)`` writes it).

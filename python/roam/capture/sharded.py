@@ -13,12 +13,18 @@ in the same slot, so names, tied weights and buffers are the model's):
   part of the flattened, padded parameter. ``layout="flat"`` pads the flattened parameter
   only to a multiple of ``world_size`` elements (FSDP1's ``FlatParameter`` / ZeRO-3) and the
   shard is 1-D. A 0-d parameter counts as one row.
-* **Forward**: right before a submodule's ``forward`` runs, the shards of the parameters it
-  owns are all-gathered (``_c10d_functional.all_gather_into_tensor`` + ``wait_tensor``, one
-  per parameter, each into a new tensor of ``world_size`` shards), un-padded and viewed as the
-  parameter (:class:`AllGatherParameter`); a parameter owned by two modules (tied) is
-  gathered once, by the first that runs. After the model's forward every slot holds its
-  shard again.
+* **Forward**: each call of a submodule's ``forward`` first all-gathers the shards of the
+  parameters it owns (``_c10d_functional.all_gather_into_tensor`` + ``wait_tensor``, one per
+  parameter, each into a new tensor of ``world_size`` shards), un-pads them and views them as
+  the parameters (:class:`AllGatherParameter`) in their slots, and puts the shards back when
+  it returns (FSDP2's unshard in pre-forward, reshard in post-forward, per module); a read of
+  a parameter outside the forward of the module owning it (a tied weight read by the root,
+  such as an LM head ``F.linear(x, self.wte.weight)``) all-gathers it there
+  (:class:`GatherAgain`: its gradient joins the first gather's, so each parameter still has
+  one reduce-scatter per step). So a gathered
+  tensor of the forward is read by the forward of one module only: it does not stay live
+  across the rest of the forward (which would keep roam's recomputation from cutting the
+  forward into units, ``src/remat/graph_remat.cpp`` ``find_units``).
 * **Backward**: the gradient of a gathered parameter, complete once autograd reaches its
   all-gather (every use accumulated), is zero-padded and reduce-scattered (sum,
   ``_c10d_functional.reduce_scatter_tensor`` + ``wait_tensor``) into this rank's gradient
@@ -70,7 +76,14 @@ Use::
     g = roam.capture(sharded, opt, loss_fn, (x, y))           # meta.distributed: fully_sharded
 
 ``roam.optimize(sharded, opt, loss_fn, (x, y))`` runs the step for real (the collectives are
-inside the model's forward and backward: no ``process_group`` argument).
+inside the model's forward and backward: no ``process_group`` argument); its values equal
+eager FSDP2's (python/tests/test_sharded.py). Caveats of the executor as of this module
+(torch 2.14, gloo/CPU): what ``optimize(process_group=...)`` does for a data-parallel rank
+is keyed on that argument, so a sharded rank gets neither the wait for collective buffers
+that the process group releases late (its planned arena often diverges, and the step runs
+the program order with ordinary allocation) nor the ranks' joint decisions (each rank decides
+alone whether to plan again after its trial step: a rank that runs one more trial step
+than the others issues one more step's collectives).
 """
 
 import contextlib
@@ -255,6 +268,22 @@ class AllGatherParameter(torch.autograd.Function):
         return reduce_scatter_gradient(grad, ctx.spec, ctx.group_name), None, None
 
 
+class GatherAgain(torch.autograd.Function):
+    """``apply(first, shard, spec, group_name)``: the parameter all-gathered again from
+    ``shard`` (a second read in the same forward); backward: its gradient goes to ``first``
+    (the parameter's first gather in this forward), so that autograd sums every use before
+    the one reduce-scatter of ``first``'s :class:`AllGatherParameter`. ``first``'s values are
+    not read: in the graph the second gather depends on the shard only."""
+
+    @staticmethod
+    def forward(ctx, first, shard, spec, group_name):
+        return spec.unshard(all_gather_shard(shard, spec, group_name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None, None
+
+
 # ---------------------------------------------------------------- the wrapper
 
 @dataclass
@@ -390,10 +419,11 @@ class ShardedModel(nn.Module):
                 "full_parameter_bytes": sum(
                     p.spec.numel * p.slots[0][0]._parameters[p.slots[0][1]].element_size()
                     for p in self._params),
-                "all_gather": "one per parameter, before the forward of the first submodule "
-                              "owning it" + ("; again in the backward for each node that "
-                                             "saved it" if self.reshard_after_forward else
-                                             "; kept for the backward"),
+                "all_gather": "per parameter at each forward call of the submodule owning "
+                              "it (and at a read outside it, e.g. a tied LM head)" + (
+                                  "; again in the backward for each node that saved it"
+                                  if self.reshard_after_forward else
+                                  "; what autograd saves is kept for the backward"),
                 "gradient_average": "zero-padded gradient reduce-scattered (sum), then "
                                     "divided as FSDP2's default (float32/bfloat16: by "
                                     "world_size, its ReduceOp.AVG on gloo)",
@@ -401,10 +431,10 @@ class ShardedModel(nn.Module):
 
     # ------------------------------------------------------------ running
 
-    def _gather(self, k: int) -> torch.Tensor:
+    def _gather(self, k: int, shard: torch.Tensor) -> torch.Tensor:
+        """Parameter ``k`` all-gathered from ``shard`` (with autograd where it needs a
+        gradient)."""
         ps = self._params[k]
-        mod, name = ps.slots[0]
-        shard = mod._parameters[name]  # the step's tensor (reparametrized in a capture)
         if shard.requires_grad and torch.is_grad_enabled():
             return AllGatherParameter.apply(shard, ps.spec, self.group_name)
         with torch.no_grad():
@@ -412,47 +442,84 @@ class ShardedModel(nn.Module):
 
     @contextlib.contextmanager
     def gathered(self) -> Iterator[None]:
-        """Within the block, every submodule's forward first all-gathers the parameters it
-        owns (once each) into their slots; afterwards every slot holds its shard again."""
-        saved: List[Tuple[nn.Module, str, Any]] = []
-        done: Dict[int, torch.Tensor] = {}
+        """Within the block, each call of a submodule's forward first all-gathers the
+        parameters it owns into its slots and puts the shards back when it returns; a read
+        of a parameter outside the forward of its module (a tied weight read by another
+        module, e.g. an LM head ``F.linear(x, self.wte.weight)``) all-gathers it there. After
+        the block every slot holds its shard."""
+        # the step's shards (in a capture: the traced tensors bound_step put in the slots)
+        shards = [ps.slots[0][0]._parameters[ps.slots[0][1]] for ps in self._params]
+        slot_param = {(id(m), n): k for k, ps in enumerate(self._params) for m, n in ps.slots}
         storages: Dict[Any, int] = {}
+        alive: List[torch.Tensor] = []  # every gathered tensor, so its storage stays unique
+        frames: List[List[Tuple[nn.Module, str, Any]]] = []
+        swapped: List[Tuple[nn.Module, type]] = []
+
+        first: Dict[int, torch.Tensor] = {}  # parameter -> its first gather (autograd)
+
+        def gather(k):
+            f = first.get(k)
+            if f is not None and f.requires_grad and torch.is_grad_enabled():
+                # gathered again: the gradient joins the first gather's, one reduce-scatter
+                full = GatherAgain.apply(f, shards[k], self._params[k].spec, self.group_name)
+            else:
+                full = self._gather(k, shards[k])
+                first.setdefault(k, full)
+            storages[_storage_key(full)] = k
+            alive.append(full)
+            return full
 
         def pre(mod, args, ks):
+            frame = []
             for k in ks:
-                if k in done:
-                    continue
-                ps = self._params[k]
-                full = self._gather(k)
-                done[k] = full
-                storages[_storage_key(full)] = k
-                for m, n in ps.slots:
-                    saved.append((m, n, m._parameters[n]))
-                    m._parameters[n] = full
+                for m, n in self._params[k].slots:
+                    if m is mod:
+                        frame.append((m, n, m._parameters[n]))
+                        m._parameters[n] = gather(k)
+            frames.append(frame)
+
+        def post(mod, args, out):
+            for m, n, old in reversed(frames.pop()):
+                m._parameters[n] = old
+
+        def read(mod, name):
+            """A slot of ``mod`` read outside its forward: gathered on the spot."""
+            k = slot_param.get((id(mod), name))
+            if k is not None and mod._parameters.get(name) is shards[k]:
+                return gather(k)
+            return _MISSING
 
         handles = []
         try:
             for mod, ks in self._owners:
                 handles.append(mod.register_forward_pre_hook(
                     lambda m, a, ks=ks: pre(m, a, ks)))
-            with self._resharding(storages):
+                handles.append(mod.register_forward_hook(post))
+                swapped.append((mod, type(mod)))
+                object.__setattr__(mod, _READ_KEY, read)
+                mod.__class__ = _reading_class(type(mod))
+            with self._resharding(storages, shards):
                 yield
         finally:
             for h in handles:
                 h.remove()
-            for m, n, old in reversed(saved):
-                m._parameters[n] = old
-            done.clear()
+            for frame in reversed(frames):
+                for m, n, old in reversed(frame):
+                    m._parameters[n] = old
+            for mod, cls in swapped:
+                mod.__class__ = cls
+                mod.__dict__.pop(_READ_KEY, None)
             storages.clear()
+            alive.clear()
+            first.clear()
 
     @contextlib.contextmanager
-    def _resharding(self, storages: Dict[Any, int]) -> Iterator[None]:
+    def _resharding(self, storages: Dict[Any, int], shards: List[torch.Tensor]
+                    ) -> Iterator[None]:
         if not self.reshard_after_forward:
             yield
             return
         cache: Dict[int, Any] = {}
-        shards = {k: self._params[k].slots[0][0]._parameters[self._params[k].slots[0][1]]
-                  for k in range(len(self._params))}
 
         def pack(t):
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
@@ -480,14 +547,7 @@ class ShardedModel(nn.Module):
 
     def forward(self, *args, **kwargs):
         with self.gathered():
-            try:
-                return self.module(*args, **kwargs)
-            except TypeError as e:
-                if "NoneType" in str(e) or "must be Tensor" in str(e):
-                    raise CaptureError(
-                        f"ShardedModel: {e}: a parameter was read outside the forward of "
-                        f"the modules owning it (only then is it all-gathered)") from e
-                raise
+            return self.module(*args, **kwargs)
 
     @torch.no_grad()
     def full_parameters(self) -> Dict[str, torch.Tensor]:
@@ -500,6 +560,37 @@ class ShardedModel(nn.Module):
                 all_gather_shard(mod._parameters[name].detach(), ps.spec,
                                  self.group_name)).clone()
         return out
+
+
+_MISSING = object()
+_READ_KEY = "_roam_sharded_read"  # instance attribute of an owning module during a forward
+_READING_CLASSES: Dict[type, type] = {}
+
+
+def _sharded_getattr(self, name):
+    read = self.__dict__.get(_READ_KEY)
+    if read is not None:
+        v = read(self, name)
+        if v is not _MISSING:
+            return v
+    return super(type(self), self).__getattr__(name)
+
+
+def _reading_class(cls: type) -> type:
+    """``cls`` with a ``__getattr__`` that all-gathers a sharded parameter read outside its
+    module's forward (set on the owning modules only while a ShardedModel's forward runs:
+    ``nn.Module`` finds parameters through ``__getattr__``, which only a class can
+    override)."""
+    if getattr(cls, "_roam_reads_sharded", False):
+        return cls
+    sub = _READING_CLASSES.get(cls)
+    if sub is None:
+        sub = type(cls.__name__, (cls,), {"__getattr__": _sharded_getattr,
+                                          "_roam_reads_sharded": True,
+                                          "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+        _READING_CLASSES[cls] = sub
+    return sub
 
 
 def shard_of(model: nn.Module) -> Optional[ShardedModel]:
