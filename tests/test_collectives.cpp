@@ -85,10 +85,6 @@ TEST(Collectives, ReadWrittenBackAndChainedInPreds) {
   EXPECT_FALSE(back["ops"][0].contains("collective"));
   const roam::Graph h = roam::parse_graph(back, "round-trip.json");
   for (roam::OpIdx v = 0; v < g.num_ops(); ++v) EXPECT_EQ(h.ops[v].collective, g.ops[v].collective);
-  // null is "not a collective", as for the other optional fields.
-  GraphJson n = two_branches(false);
-  n.doc["ops"][1]["collective"] = nullptr;
-  EXPECT_TRUE(n.parse().collectives.empty());
 }
 
 TEST(Collectives, HandWorkedOptimaWithAndWithoutTheRule) {
@@ -281,6 +277,11 @@ std::vector<BadCollective> bad_collectives() {
       {"kind null", json({{"kind", nullptr}}), false, "ops[1].collective.kind", "non-empty string"},
       {"group a number", json({{"kind", "all_reduce"}, {"group", 0}}), false, "ops[1].collective.group",
        "must be a string"},
+      // null is refused, not read as absent: an op meant as a collective must not silently
+      // lose its place in the collective order
+      {"null", json(nullptr), false, "ops[1].collective", "must be an object"},
+      {"group null", json({{"kind", "all_reduce"}, {"group", nullptr}}), false,
+       "ops[1].collective.group", "must be a string"},
       {"recomputable", json({{"kind", "all_reduce"}}), true, "ops[1].recomputable",
        "must not be recomputable"},
   };

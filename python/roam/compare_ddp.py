@@ -58,26 +58,13 @@ def build_model(name: str, width: int) -> Tuple[nn.Module, Tuple[int, ...], int]
     raise ValueError(f"roam.compare_ddp: --model: {name!r} is not mlp or convnet")
 
 
-def _step_peak(fn) -> Tuple[Any, int]:
-    """``(fn(), peak bytes above what was allocated before)`` under a pass-through session."""
-    from .executor.native import native
-    s = native().Session()
-    s.configure(0, 64, [])
-    s.set_pass_through(True)
-    s.install(100)
-    try:
-        out = fn()
-    finally:
-        s.uninstall()
-    return out, int(s.stats()["total_peak"])
-
-
 def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: int = 5,
         lr: float = 1e-3, budget=None) -> Dict[str, Any]:
     """This rank's comparison (module docstring); torch.distributed must be initialized."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     import roam
+    from .executor.native import pass_through_peak
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model, shape, classes = build_model(model_name, width)
@@ -110,7 +97,7 @@ def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: in
         roam_s = time.perf_counter() - t
         rep = step.last_report
         t = time.perf_counter()
-        ref_loss, ddp_peak = _step_peak(lambda: ddp_step(x, y))
+        ref_loss, ddp_peak = pass_through_peak(lambda: ddp_step(x, y))
         ddp_s = time.perf_counter() - t
         rows.append({"step": k, "roam_loss": float(loss), "ddp_loss": float(ref_loss),
                      "mode": rep.mode, "roam_step_peak": int(rep.total_peak_bytes),

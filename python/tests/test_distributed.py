@@ -42,6 +42,16 @@ def _with_grads(sizes, dtype=torch.float32):
     return ps
 
 
+def test_a_rank_without_a_group_is_warned(monkeypatch):
+    # first in this file: before the one-rank group of the fixture exists
+    assert not dist.is_initialized()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    m = nn.Linear(8, 4)
+    with pytest.warns(UserWarning, match="each rank trains alone"):
+        roam.optimize(m, torch.optim.SGD(m.parameters(), lr=0.1), F.cross_entropy,
+                      (torch.randn(2, 8), torch.randint(0, 4, (2,))))
+
+
 def test_buckets_follow_ddp_assignment_by_size():
     # float32: sizes in elements 100, 300, 50, 200, 10 -> bytes 400, 1200, 200, 800, 40.
     # Reverse order: p4 (40), p3 (800) -> 840 < first cap 1000; p2 (200) -> 1040 >= 1000:
@@ -142,6 +152,28 @@ def test_one_rank_step_equals_eager_training(one_rank):
         assert torch.equal(p, q)
     for p, q in zip(m.buffers(), ref.buffers()):
         assert torch.equal(p, q)
+
+
+def test_step_function_form_leaves_no_gradients(one_rank):
+    # the first step of a fresh optimizer may run the user's function eagerly; it leaves
+    # .grad set, which no later (planned) step would update: roam clears it
+    torch.manual_seed(2)
+    m = _Net()
+    opt = torch.optim.Adam(m.parameters())
+
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    step = roam.optimize(train_step, (x, y), process_group=one_rank)
+    for _ in range(2):
+        step(x, y)
+        assert all(p.grad is None for p in m.parameters())
+    assert [r.mode for r in step.reports][-1] == "planned"
 
 
 def test_process_group_must_be_a_group():

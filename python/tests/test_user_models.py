@@ -142,15 +142,8 @@ CASES = {
 def _measured(fn):
     """``(fn(), bytes allocated above what existed, at the peak)``: a pass-through session of
     the executor's allocator (64 bytes per allocation), as the step reports count."""
-    s = native().Session()
-    s.configure(0, 64, [])
-    s.set_pass_through(True)
-    s.install(100)
-    try:
-        out = fn()
-    finally:
-        s.uninstall()
-    return out, int(s.stats()["fallback_peak"])
+    from roam.executor.native import pass_through_peak
+    return pass_through_peak(fn)
 
 
 def _max_rel(a, b):

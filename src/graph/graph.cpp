@@ -190,7 +190,7 @@ Collective parse_collective(const Ctx& c, const json& v, const std::string& fiel
                kind->dump());
   }
   col.kind = kind->get<std::string>();
-  if (auto group = v.find("group"); group != v.end() && !group->is_null()) {
+  if (auto group = v.find("group"); group != v.end()) {  // null too: not a string
     if (!group->is_string()) {
       c.fail(field + ".group", id,
              "must be a string (the process group's name), got " + group->dump());
@@ -594,7 +594,7 @@ Graph parse_graph(const json& doc, const std::string& file) {
     if (auto it = jo.find("inplace"); it != jo.end() && !it->is_null()) {
       op.inplace = parse_inplace(c, *it, field + ".inplace", op, g);
     }
-    if (auto it = jo.find("collective"); it != jo.end() && !it->is_null()) {
+    if (auto it = jo.find("collective"); it != jo.end()) {  // null too: not an object
       op.collective = parse_collective(c, *it, field + ".collective", op.id);
       if (op.recomputable) {
         c.fail(field + ".recomputable", op.id,

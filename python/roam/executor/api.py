@@ -610,6 +610,10 @@ class RoamStep:
         if self.step_fn is not None:  # the user's own step, as they would run it
             with averaged:
                 out = self.step_fn(*inputs)
+            # as after a planned step, no gradient outlives the step (its function may leave
+            # them in .grad: the planned steps after it would never update them)
+            for p in self.model.parameters():
+                p.grad = None
             return pytree.tree_map(
                 lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
         n = len(inputs) - self.n_loss_inputs

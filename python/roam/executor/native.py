@@ -31,3 +31,19 @@ def available() -> bool:
         return True
     except NativeMissing:
         return False
+
+
+def pass_through_peak(fn, alignment: int = 64, priority: int = 100):
+    """``(fn(), peak bytes)``: ``fn`` run under a pass-through session of the executor's
+    allocator (every CPU allocation served as usual and counted, rounded up to
+    ``alignment``); the peak is of the bytes allocated during the call above what existed
+    before it. Raises NativeMissing without the extension."""
+    s = native().Session()
+    s.configure(0, alignment, [])
+    s.set_pass_through(True)
+    s.install(priority)
+    try:
+        out = fn()
+    finally:
+        s.uninstall()
+    return out, int(s.stats()["total_peak"])

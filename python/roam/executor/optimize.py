@@ -182,6 +182,12 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     """
     from .. import capture as roam_capture
     say = progress or (lambda s: None)
+    if process_group is None and _launched_with_ranks():
+        warnings.warn("roam.optimize: this process is one of several ranks (WORLD_SIZE > 1) but "
+                      "no process_group was given (or torch.distributed.group.WORLD was read "
+                      "before init_process_group): each rank trains alone, its gradients not "
+                      "averaged with the others'; pass process_group=torch.distributed.group."
+                      "WORLD after init_process_group", stacklevel=2)
     _check_arguments(plan, measure_eager, workspaces, alignment, time_limit_seconds, threads)
     budget_bytes = None if budget is None else parse_size(budget)
     if cost is None:
@@ -285,6 +291,19 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return step
+
+
+def _launched_with_ranks() -> bool:
+    """True when torch.distributed runs with more than one rank, or a launcher (torchrun)
+    says so in ``WORLD_SIZE``."""
+    import os
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size() > 1
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
 
 
 def _check_arguments(plan, measure_eager, workspaces, alignment, time_limit_seconds,
