@@ -347,7 +347,6 @@ class ShardedModel(nn.Module):
             raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
         group = group if group is not None else dist.group.WORLD
         self.module = model
-        self._group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.group_name = group.group_name
