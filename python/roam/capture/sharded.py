@@ -40,9 +40,10 @@ in the same slot, so names, tied weights and buffers are the model's):
   shards; its state has the shards' shapes. Padding stays zero (its gradient is zero).
 
 **Lifetimes.** ``reshard_after_forward=False`` (the default; FSDP2's
-``reshard_after_forward=False``, ZeRO-2-like for parameters): a gathered parameter is the
-tensor autograd saves for the backward, so it lives from its forward all-gather to its last
-use in the backward; there is no all-gather in the backward. ``reshard_after_forward=True``
+``reshard_after_forward=False``, ZeRO-2-like for parameters): what autograd saves of a
+gathered parameter for the backward (a linear's weight, a LayerNorm's weight and bias; not a
+linear's bias) is the forward's gathered tensor, so it lives from its forward all-gather to
+its last use in the backward; there is no all-gather in the backward. ``reshard_after_forward=True``
 (FSDP2's default for non-root modules, ZeRO-3): what autograd saves of a gathered parameter
 (the parameter or a view of it, e.g. ``weight.t()`` of a linear) is replaced by a marker
 (``torch.autograd.graph.saved_tensors_hooks``), and the backward all-gathers the shard again
@@ -58,7 +59,8 @@ roam's planner chooses where the collectives run (in their program order, GRAPH_
 **What differs from ``fully_shard``.** One all-gather and one reduce-scatter per parameter
 (FSDP2 issues one of each per ``fully_shard`` unit, the unit's parameters copied into one
 flat buffer; the same bytes cross the wire); gathering at each submodule's forward rather
-than at each unit's; no mixed precision (``MixedPrecisionPolicy``), CPU offload or HSDP;
+than at each unit's, and a tied parameter at each module that reads it (FSDP2 gathers it
+once, with the unit that owns it); no mixed precision (``MixedPrecisionPolicy``), CPU offload or HSDP;
 the shard of the last ranks keeps its padding (FSDP2's optimizer state covers the unpadded
 rows only, so a rank whose chunk is padded holds a few bytes more optimizer state here).
 
