@@ -85,7 +85,9 @@ is keyed on that argument, so a sharded rank gets neither the wait for collectiv
 that the process group releases late (its planned arena often diverges, and the step runs
 the program order with ordinary allocation) nor the ranks' joint decisions (each rank decides
 alone whether to plan again after its trial step: a rank that runs one more trial step
-than the others issues one more step's collectives).
+than the others issues one more step's collectives); under torchrun it also warns that no
+``process_group`` was given and the gradients are not averaged, which is not so for a
+ShardedModel (they are reduce-scattered and averaged inside its backward).
 """
 
 import contextlib
