@@ -189,7 +189,7 @@ def test_two_ranks_equal_ddp_and_hold_less(tmp_path):
     out = tmp_path / "ddp.json"
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), OMP_NUM_THREADS="1")
-    r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29517",
+    r = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2",
                         "-m", "roam.compare_ddp", "--model", "convnet", "--width", "16",
                         "--batch-size", "16", "--steps", "5", "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=600)

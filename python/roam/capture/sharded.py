@@ -79,15 +79,12 @@ Use::
 
 ``roam.optimize(sharded, opt, loss_fn, (x, y))`` runs the step for real (the collectives are
 inside the model's forward and backward: no ``process_group`` argument); its values equal
-eager FSDP2's (python/tests/test_sharded.py). Caveats of the executor as of this module
-(torch 2.14, gloo/CPU): what ``optimize(process_group=...)`` does for a data-parallel rank
-is keyed on that argument, so a sharded rank gets neither the wait for collective buffers
-that the process group releases late (its planned arena often diverges, and the step runs
-the program order with ordinary allocation) nor the ranks' joint decisions (each rank decides
-alone whether to plan again after its trial step: a rank that runs one more trial step
-than the others issues one more step's collectives); under torchrun it also warns that no
-``process_group`` was given and the gradients are not averaged, which is not so for a
-ShardedModel (they are reduce-scattered and averaged inside its backward).
+eager FSDP2's (python/tests/test_sharded.py). The executor waits for collective buffers the
+process group releases late, as for a data-parallel rank (the graph's ``meta.distributed``).
+Caveat (torch 2.14, gloo/CPU): the ranks' joint decisions that ``optimize(process_group=...)``
+makes for a data-parallel rank are keyed on that argument, so each sharded rank decides alone
+whether to plan again after its trial step (a rank that runs one more trial step than the
+others would issue one more step's collectives; not seen in the tests).
 """
 
 import contextlib

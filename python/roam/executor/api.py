@@ -302,7 +302,7 @@ class RoamStep:
         self.session.debug = bool(debug)
         self.session.record = bool(record)
         self.session.set_workspaces_in_arena(workspaces == "arena")
-        if self.data_parallel is not None:
+        if self.data_parallel is not None or "distributed" in graph.get("meta", {}):
             # the process group's worker thread drops its reference to a collective's
             # buffer just after the wait on it returns: a planned output whose slot that
             # buffer still holds waits for it (up to 1 s) instead of diverging

@@ -182,7 +182,8 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     """
     from .. import capture as roam_capture
     say = progress or (lambda s: None)
-    if process_group is None and _launched_with_ranks():
+    sharded = hasattr(model_or_step, "roam_distributed_meta")  # a ShardedModel: its own group
+    if process_group is None and not sharded and _launched_with_ranks():
         warnings.warn("roam.optimize: this process is one of several ranks (WORLD_SIZE > 1) but "
                       "no process_group was given (or torch.distributed.group.WORLD was read "
                       "before init_process_group): each rank trains alone, its gradients not "
