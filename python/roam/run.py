@@ -158,16 +158,8 @@ def eager_step(model, opt, loss_fn, batch) -> torch.Tensor:
 
 def measured(fn, priority: int = 100) -> Tuple[Any, int]:
     """``(fn(), peak bytes allocated during it)`` counted by a pass-through session."""
-    from .executor import native
-    s = native().Session()
-    s.configure(0, 64, [])
-    s.set_pass_through(True)
-    s.install(priority)
-    try:
-        out = fn()
-    finally:
-        s.uninstall()
-    return out, int(s.stats()["fallback_peak"])
+    from .executor.native import pass_through_peak
+    return pass_through_peak(fn, priority=priority)
 
 
 def max_rel_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
