@@ -223,3 +223,17 @@ def data_parallel_backward(dp: Optional[DataParallel],
         yield
     finally:
         torch.Tensor.backward, torch.autograd.backward = tensor_backward, autograd_backward
+
+
+@contextlib.contextmanager
+def data_parallel_step(dp: Optional[DataParallel], model: torch.nn.Module) -> Iterator[None]:
+    """One step of a data-parallel rank, as DDP runs it: on entry rank 0's buffers are
+    broadcast (:func:`broadcast_buffers`), and inside every ``backward()`` is followed by the
+    gradient all-reduce over ``model``'s parameters (:func:`data_parallel_backward`). The same
+    for the traced step and for an eager one. ``dp`` None: does nothing."""
+    if dp is None:
+        yield
+        return
+    broadcast_buffers(list(model.buffers()), dp)
+    with data_parallel_backward(dp, lambda: list(model.parameters())):
+        yield

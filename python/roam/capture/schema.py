@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence, Set, Tuple
 import torch
 import torch.fx
 
+from .collectives import WAIT_OPS
 from .errors import CaptureError
 
 
@@ -21,10 +22,8 @@ from .errors import CaptureError
 # return views of their argument without view tracking, likewise. Every other undeclared
 # storage sharing raises CaptureError.
 UNDECLARED_ALIAS_OK = frozenset({"aten::_unsafe_view", "aten::unsafe_split",
-                                 "aten::unsafe_chunk", "aten::unsafe_split_with_sizes",
-                                 # returns its argument once the collective writing it is
-                                 # done (roam.capture.collectives)
-                                 "_c10d_functional::wait_tensor"})
+                                 "aten::unsafe_chunk", "aten::unsafe_split_with_sizes"}) \
+    | WAIT_OPS  # a wait returns its argument once the collective writing it is done
 
 # Arguments that an operator writes although neither its schema annotates the write nor the
 # tensor's version counter changes (the CPU kernel writes through a raw pointer); fake tensors

@@ -495,13 +495,12 @@ def step_function(state: TrainingState) -> Callable:
     dp = state.data_parallel
     if dp is None:
         return fn
-    from .collectives import broadcast_buffers, data_parallel_backward
+    from .collectives import data_parallel_step
 
-    def data_parallel_step(*args):
-        broadcast_buffers(list(state.model.buffers()), dp)
-        with data_parallel_backward(dp, lambda: list(state.model.parameters())):
+    def rank_step(*args):
+        with data_parallel_step(dp, state.model):
             return fn(*args)
-    return data_parallel_step
+    return rank_step
 
 
 def _state_dicts(state: TrainingState, optimizer_state: Sequence[Sequence[torch.Tensor]]):

@@ -599,16 +599,13 @@ class RoamStep:
         self._bind_cache = None  # it may hold the dropped state tensors
 
     def _eager_step(self, inputs):
-        from ..capture.collectives import broadcast_buffers, data_parallel_backward
+        from ..capture.collectives import data_parallel_step
         from ..capture.state import primary_output
         # a rank of a data-parallel step takes rank 0's buffers and averages its gradients
         # as the graph does
-        if self.data_parallel is not None:
-            broadcast_buffers(list(self.model.buffers()), self.data_parallel)
-        averaged = data_parallel_backward(self.data_parallel,
-                                          lambda: list(self.model.parameters()))
+        rank_step = data_parallel_step(self.data_parallel, self.model)
         if self.step_fn is not None:  # the user's own step, as they would run it
-            with averaged:
+            with rank_step:
                 out = self.step_fn(*inputs)
             # as after a planned step, no gradient outlives the step (its function may leave
             # them in .grad: the planned steps after it would never update them)
@@ -618,8 +615,8 @@ class RoamStep:
                 lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
         n = len(inputs) - self.n_loss_inputs
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(primary_output(self.model(*inputs[:n])), *inputs[n:])
-        with averaged:
+        with rank_step:
+            loss = self.loss_fn(primary_output(self.model(*inputs[:n])), *inputs[n:])
             loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
