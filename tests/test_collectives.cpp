@@ -314,6 +314,36 @@ TEST(Collectives, BadInputNamesFileFieldAndOp) {
   EXPECT_NO_THROW(ok.parse());
 }
 
+// A cycle that only the implicit collective order closes: cA (first in the file) reads the
+// output of cB, the next collective, which by the rule runs after it. The message says which
+// edge is the rule's, since no field of the file names it.
+TEST(Collectives, CycleThroughTheCollectiveOrderSaysSo) {
+  GraphJson b("collective-cycle");
+  b.tensor("x", 8, "input").tensor("hB", 200).tensor("rB", 200).tensor("rA", 400);
+  b.op("cA", {"rB"}, {"rA"}).op("pB", {"x"}, {"hB"}).op("cB", {"hB"}, {"rB"}).output("rA");
+  b.doc["ops"][0]["collective"] = {{"kind", "all_gather"}};
+  b.doc["ops"][2]["collective"] = {{"kind", "all_reduce"}};
+  try {
+    roam::parse_graph(b.doc, "cycle.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const roam::InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.file(), "cycle.json") << what;
+    EXPECT_NE(what.find("dependency cycle through 2 op(s)"), std::string::npos) << what;
+    EXPECT_NE(what.find("cA -> (collective order) cB"), std::string::npos) << what;
+    EXPECT_NE(what.find("cB -> cA"), std::string::npos) << what;
+  }
+  // with cA an ordinary op there is no cycle, only a file order that breaks a data edge
+  b.doc["ops"][0].erase("collective");
+  try {
+    roam::parse_graph(b.doc, "cycle.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const roam::InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find("dependency cycle"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("listed before op 'cB'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Collectives, CliExitStatusAndMessages) {
   roamtest::TempDir dir;
   // Bad input: exit 2, one line naming the file, the field and the op, no plan written.

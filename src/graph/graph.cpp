@@ -221,9 +221,18 @@ Collective parse_collective(const Ctx& c, const json& v, const std::string& fiel
   }
   std::vector<OpIdx> cycle(path.begin() + seen_at[v], path.end());
   std::reverse(cycle.begin(), cycle.end());  // predecessor first
+  // an edge from a collective to the next one is the implicit collective order
+  // (docs/COLLECTIVES.md), not a field of the file: say so where the cycle takes it
+  std::vector<OpIdx> prev_collective(g.ops.size(), -1);
+  for (size_t k = 1; k < g.collectives.size(); ++k) {
+    prev_collective[g.collectives[k]] = g.collectives[k - 1];
+  }
   std::ostringstream os;
   os << "dependency cycle through " << cycle.size() << " op(s): ";
-  for (OpIdx u : cycle) os << g.ops[u].id << " -> ";
+  for (size_t k = 0; k < cycle.size(); ++k) {
+    const OpIdx u = cycle[k], w = cycle[(k + 1) % cycle.size()];
+    os << g.ops[u].id << (prev_collective[w] == u ? " -> (collective order) " : " -> ");
+  }
   os << g.ops[cycle.front()].id;
   c.fail("ops", g.ops[cycle.front()].id, os.str());
 }
