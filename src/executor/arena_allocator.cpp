@@ -501,7 +501,20 @@ c10::DataPtr Session::allocate(size_t n) {
     }
     if (st_.mode == Mode::kPlanned && !workspaces_.empty() && workspaces_[current_].size > 0) {
       const uint64_t span = round_up(n, alignment_);
-      const int64_t off = find_block_fit_locked(span);
+      int64_t off = find_block_fit_locked(span);
+      if (off < 0 && release_wait_s_ > 0.0 && span >= kMinArenaWorkspace &&
+          find_block_fit_locked(span, true) >= 0) {
+        // the block is held by an earlier op's storage the plan has freed by now: a late
+        // free (a process group's worker thread), waited for as for a planned output. Only
+        // for a request of at least kMinArenaWorkspace bytes: a smaller one goes to the
+        // fallback heap at once (gloo may hold a collective's buffer until other ranks have
+        // received it, and every rank would then wait out the whole time)
+        if (freed_cv_.wait_for(lock, std::chrono::duration<double>(release_wait_s_),
+                               [&] { return find_block_fit_locked(span) >= 0; })) {
+          ++st_.release_waits;
+        }
+        off = find_block_fit_locked(span);
+      }
       if (off >= 0) {
         ++st_.block_workspaces;
         st_.block_workspace_bytes += span;
@@ -547,7 +560,7 @@ c10::DataPtr Session::serve_arena_locked(uint64_t offset, uint64_t span, size_t 
   return register_block(p, std::move(e));
 }
 
-int64_t Session::find_block_fit_locked(uint64_t span) const {
+int64_t Session::find_block_fit_locked(uint64_t span, bool own_blocks_only) const {
   const WorkspaceBlock& w = workspaces_[current_];
   const uint64_t end = w.offset + round_up(w.size, alignment_);
   uint64_t cursor = w.offset;
@@ -556,6 +569,7 @@ int64_t Session::find_block_fit_locked(uint64_t span) const {
   auto it = arena_live_.upper_bound(w.offset);
   if (it != arena_live_.begin()) --it;
   for (; it != arena_live_.end() && it->first < end; ++it) {
+    if (own_blocks_only && it->second.step != current_) continue;
     const uint64_t b = it->first, e = it->first + it->second.span;
     if (e <= cursor) continue;
     if (b >= cursor + span) break;  // the gap before this block fits

@@ -86,7 +86,7 @@ struct SessionStats {
   uint64_t fallback_peak = 0;          // max over time of fallback_live
   uint64_t total_peak = 0;             // max over time of arena_bytes (if planned) + fallback_live
   uint64_t rearmed = 0;                // planned slots freed inside their op (workspaces)
-  uint64_t release_waits = 0;          // planned requests that waited for a late free (set_release_wait)
+  uint64_t release_waits = 0;          // planned outputs / workspace-block requests that waited for a late free (set_release_wait)
   uint64_t mismatches = 0;             // divergences detected (>= 1 means the run diverged)
   int64_t first_mismatch_step = -1;
   std::string first_mismatch;          // message of the first one
@@ -205,7 +205,9 @@ class Session : public std::enable_shared_from_this<Session> {
   /// range, the lower address); -1 when none has a byte in them.
   int64_t find_loan_fit_locked(uint64_t span, const std::vector<uint8_t>& lent) const;
   /// First-fit range of `span` bytes inside the current op's workspace block, or -1.
-  int64_t find_block_fit_locked(uint64_t span) const;
+  /// `own_blocks_only`: only the live blocks served during the current op count (would it
+  /// fit once the earlier ops' blocks the plan has freed are freed).
+  int64_t find_block_fit_locked(uint64_t span, bool own_blocks_only = false) const;
   c10::DataPtr serve_arena_locked(uint64_t offset, uint64_t span, size_t n, int32_t expect,
                                   std::unique_lock<std::mutex>& lock);
   void diverge_locked(int64_t step, const std::string& message);

@@ -68,6 +68,27 @@ def collective_kind(target) -> Optional[str]:
     return None if schema is None else COLLECTIVE_KINDS.get(schema.name)
 
 
+def waited_at_launch(fn: Callable) -> Callable:
+    """``fn`` (a functional collective's operator) followed by ``wait_tensor`` on each
+    tensor it returns: the collective is complete when the call returns, and the graph's
+    own wait op after it finds no work left and returns its argument (``wait_tensor`` waits
+    only for a registered work). The executor runs every collective this way: the scratch a
+    process group holds for a collective until it is waited for (gloo's copy of a
+    reduce-scatter's input) is then freed within the op, as GRAPH_FORMAT.md's ``workspace``
+    is, instead of across the ops a plan puts between the collective and its wait. On the
+    CPU nothing overlaps with the collective either way (gloo runs it on its own thread
+    while the step waits)."""
+    wait = torch.ops._c10d_functional.wait_tensor.default
+
+    def launch_and_wait(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        for t in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                wait(t)
+        return out
+    return launch_and_wait
+
+
 def group_name_of(node_args: Sequence[Any]) -> Optional[str]:
     """The process group name of a functional collective's arguments (its last ``str``)."""
     names = [a for a in node_args if isinstance(a, str)]

@@ -61,20 +61,35 @@ from .scalars import StepScalars
 from .stepping import (NO_STATE, _first_resident_write, _first_tensor, _flatten_state,
                        _InterruptGuard, _loss_value, _sig, zero_state_template)
 
-__all__ = ["RoamStep", "zero_state_template"]
+__all__ = ["RoamStep", "zero_state_template", "any_rank", "rank_group_of"]
 
 
 # ---------------------------------------------------------------- the step
 
-def any_rank(flag: bool, data_parallel) -> bool:
-    """``flag`` or'ed over the ranks of a data-parallel step (one all-reduce, MAX, on its
-    group); ``flag`` itself when ``data_parallel`` is None. Where the ranks decide
-    something that changes which collectives they issue, they decide it together."""
-    if data_parallel is None:
+def rank_group_of(state) -> Any:
+    """The ranks a captured step's decisions are taken over: its data-parallel rank
+    (``state.data_parallel``, :class:`roam.capture.collectives.DataParallel`), else its
+    model when that is a :class:`roam.capture.sharded.ShardedModel`, else None (one process).
+    Either has ``group``, ``rank`` and ``world_size``."""
+    dp = getattr(state, "data_parallel", None)
+    if dp is not None:
+        return dp
+    model = getattr(state, "model", None)
+    if callable(getattr(model, "roam_distributed_meta", None)):
+        return model
+    return None
+
+
+def any_rank(flag: bool, ranks) -> bool:
+    """``flag`` or'ed over ``ranks`` (:func:`rank_group_of`; one all-reduce, MAX, on their
+    group); ``flag`` itself when ``ranks`` is None. Where the ranks decide something that
+    changes which collectives they issue (another calibration step), they decide it
+    together."""
+    if ranks is None:
         return bool(flag)
     import torch.distributed as dist
     t = torch.tensor([1 if flag else 0], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=data_parallel.group)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ranks.group)
     return bool(t.item())
 
 
@@ -92,22 +107,22 @@ def collective_sequence(graph: Dict[str, Any], order: Sequence[str]) -> List[Tup
     return out
 
 
-def check_ranks_agree(graph: Dict[str, Any], order: Sequence[str], data_parallel) -> None:
-    """Every rank of ``data_parallel``'s group issues the same collectives in the same order
+def check_ranks_agree(graph: Dict[str, Any], order: Sequence[str], ranks) -> None:
+    """Every rank of ``ranks`` (:func:`rank_group_of`) issues the same collectives in the same order
     under its plan (or the program order): else a RuntimeError on every rank, before any
     step (a rank that issues another collective than the others waits forever)."""
-    if data_parallel is None:
+    if ranks is None:
         return
     import torch.distributed as dist
     mine = collective_sequence(graph, order)
-    seqs: List[Any] = [None] * data_parallel.world_size
-    dist.all_gather_object(seqs, mine, group=data_parallel.group)
+    seqs: List[Any] = [None] * ranks.world_size
+    dist.all_gather_object(seqs, mine, group=ranks.group)
     for r, other in enumerate(seqs):
         if other != mine:
             k = next((i for i, (a, b) in enumerate(zip(mine, other)) if a != b),
                      min(len(mine), len(other)))
             raise RuntimeError(
-                f"roam: rank {data_parallel.rank} and rank {r} would issue different "
+                f"roam: rank {ranks.rank} and rank {r} would issue different "
                 f"collectives ({len(mine)} and {len(other)} of them, first difference at "
                 f"collective {k}): the ranks must capture the same step (same model, "
                 f"optimizer and batch shape)")
@@ -143,6 +158,8 @@ class RoamStep:
         self.step_fn = captured.state.step_fn
         # a rank of a data-parallel step (roam.capture.collectives.DataParallel), else None
         self.data_parallel = getattr(captured.state, "data_parallel", None)
+        # the ranks that decide together (data parallel or sharded; None: one process)
+        self.rank_group = rank_group_of(captured.state)
         self.schedulers = list(captured.state.schedulers)
         self.scheduler_calls = list(getattr(captured.traced, "scheduler_calls", []))
         self._input_constants = list(captured.state.input_constants)
@@ -245,7 +262,7 @@ class RoamStep:
                           f"order with ordinary allocation", stacklevel=3)
         # the ranks of a data-parallel step issue the same collectives in the same order
         check_ranks_agree(graph, plan["order"] if self.program is not None
-                          else [op["id"] for op in graph["ops"]], self.data_parallel)
+                          else [op["id"] for op in graph["ops"]], self.rank_group)
         # plan version 2: ops run again in the backward pass; the budget it was planned for
         self.recomputations = self.program.recomputations if self.program is not None else 0
         # the budget of the whole step (resident included): optimize(budget=...)'s, else the
@@ -302,7 +319,7 @@ class RoamStep:
         self.session.debug = bool(debug)
         self.session.record = bool(record)
         self.session.set_workspaces_in_arena(workspaces == "arena")
-        if self.data_parallel is not None or "distributed" in graph.get("meta", {}):
+        if self.rank_group is not None or "distributed" in graph.get("meta", {}):
             # the process group's worker thread drops its reference to a collective's
             # buffer just after the wait on it returns: a planned output whose slot that
             # buffer still holds waits for it (up to 1 s) instead of diverging
@@ -315,13 +332,26 @@ class RoamStep:
                 not trust_plan and self.eager_peak_bytes is not None:
             st = self._trial_step(_flatten_state(state))
             self.trial_total_bytes = int(st["total_peak"])
-            if self.trial_total_bytes > self.eager_peak_bytes:
+            if self._above_eager(self.trial_total_bytes, self.eager_peak_bytes):
                 self._run_program_order(
                     f"a planned trial step on copies measured {self.trial_total_bytes} B (arena "
                     f"{self.planned_arena_bytes} B + fallback heap peak {st['fallback_peak']} "
                     f"B), above the {self.eager_peak_bytes} B of the same graph run eagerly")
 
     # -------------------------------------------------------------- helpers
+    # A rank's process group allocates small buffers of its own (gloo: a few hundred bytes
+    # per collective) on its worker thread, served by the fallback heap at moments that
+    # differ from run to run, in the eager measurement as in a planned step: a rank's step
+    # within this many bytes of the eager measurement is not counted above it.
+    RANK_NOISE_BYTES = 4096
+
+    def _above_eager(self, total_bytes: int, eager_bytes: int) -> bool:
+        """A step that held ``total_bytes`` (arena + fallback heap peak) held more than the
+        same graph run eagerly (``eager_bytes``, measured): by more than
+        :attr:`RANK_NOISE_BYTES` on a rank of a distributed step, by any byte otherwise."""
+        slack = self.RANK_NOISE_BYTES if self.rank_group is not None else 0
+        return total_bytes > eager_bytes + slack
+
     def _run_program_order(self, reason: str) -> None:
         """Every step runs the program order with ordinary allocation, for ``reason`` (warned
         once, here, and kept in ``program_order_reason``)."""
@@ -758,7 +788,8 @@ class RoamStep:
             budget_bytes=self.budget_bytes)
         self._record(rep)
         guard.reraise()
-        if planned_run and eager_peak is not None and rep.total_peak_bytes > eager_peak:
+        if planned_run and eager_peak is not None and \
+                self._above_eager(rep.total_peak_bytes, eager_peak):
             self.program_order_reason = (
                 f"step {self._count} measured {rep.total_peak_bytes} B (arena "
                 f"{rep.arena_bytes} B + fallback heap peak {rep.fallback_peak_bytes} B), above "

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 
 from ..capture.rng import preserved_rng_state
-from .api import RoamStep, any_rank
+from .api import RoamStep, any_rank, rank_group_of
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges, load_plan, parse_size,
                        plan_graph, servable_workspaces)
 
@@ -239,9 +239,9 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             else:
                 more = b is not None and (step.resident_bytes + step.trial_total_bytes
                                           + step.rng_state_bytes) > b
-            # every rank of a data-parallel step builds (and calibrates, collectives
-            # included) the same number of steps: one rank's need is all ranks'
-            return any_rank(more, st.data_parallel)
+            # every rank of a data-parallel or sharded step builds (and calibrates,
+            # collectives included) the same number of steps: one rank's need is all ranks'
+            return any_rank(more, rank_group_of(st))
 
         def attempt(b):
             """The step planned at budget ``b`` (None: no budget) and calibrated. The plan of

@@ -26,6 +26,7 @@ import torch.fx
 from torch.fx.immutable_collections import immutable_list
 from torch.fx.node import map_arg
 
+from ..capture.collectives import collective_kind, waited_at_launch
 from ..capture.kernels import grad_mode_wrapper, needs_grad_mode
 
 RESIDENT_ROLES = ("param", "buffer", "optimizer_state", "constant", "input")
@@ -366,6 +367,8 @@ class Program:
             st.fn = target._op if isinstance(target, torch._ops.OpOverload) else target
             if needs_grad_mode(target):
                 st.fn = grad_mode_wrapper(st.fn)
+            if collective_kind(target) is not None:  # its scratch freed within the op
+                st.fn = waited_at_launch(st.fn)
             st.src_args, st.src_kwargs = st.node.args, st.node.kwargs
             st.expr, st.consts = _call_expr(st.node.args, st.node.kwargs, slot)
         env = {"R": self._resolver()}
