@@ -66,6 +66,27 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return d / s if s > 0 else d
 
 
+def joint_decisions(step, sm, rank: int, world: int) -> dict:
+    """The ranks of a sharded step decide together (roam.executor.api.rank_group_of): its group
+    are the ShardedModel; a flag raised on the last rank only is raised on every rank; a
+    collective order that differs on one rank is refused on every rank."""
+    from roam.executor.api import any_rank, check_ranks_agree
+    out = {"ranks_is_model": step.rank_group is sm,
+           "any_last": any_rank(rank == world - 1, step.rank_group),
+           "any_none": any_rank(False, step.rank_group)}
+    order = [op["id"] for op in step.graph["ops"]]
+    coll = [i for i, oid in enumerate(order) if "collective" in step.graph["ops"][i]]
+    if rank == world - 1:  # its last two collectives (reduce-scatters of unequal sizes)
+        a, b = coll[-2], coll[-1]
+        order[a], order[b] = order[b], order[a]
+    try:
+        check_ranks_agree(step.graph, order, step.rank_group)
+        out["refused"] = None
+    except RuntimeError as e:
+        out["refused"] = str(e)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3)
@@ -137,7 +158,7 @@ def main():
         sm = ShardedModel(copy.deepcopy(base), layout=layout, reshard_after_forward=reshard)
         opt = torch.optim.Adam(sm.parameters(), **adam)
         step = roam.optimize(sm, opt, lossf, batches[0])
-        losses, loss_diff, param_diff, modes = [], [], [], []
+        losses, loss_diff, param_diff, modes, arenas = [], [], [], [], []
         for k, (x, y) in enumerate(batches):
             torch.manual_seed(1000 + k)
             loss = step(x, y)
@@ -145,11 +166,15 @@ def main():
             loss_diff.append(rel(loss, ref_losses[k]))
             full = sm.full_parameters()
             param_diff.append(max(rel(full[n], ref_params[k][n]) for n in ref_params[k]))
-            modes.append(step.last_report.mode)
+            rep = step.last_report
+            modes.append(rep.mode)
+            arenas.append([int(rep.planned_arena_bytes), int(rep.arena_used_bytes),
+                           int(rep.fallback_peak_bytes)])
         state_bytes = sum(v.numel() * v.element_size() for st in opt.state.values()
                           for v in st.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
         results[variant] = {"losses": losses, "loss_rel_diff": loss_diff,
                             "param_rel_diff": param_diff, "modes": modes,
+                            "arenas": arenas, "joint": joint_decisions(step, sm, rank, world),
                             "shard_bytes": sm.shard_bytes(), "adam_state_bytes": state_bytes}
     mine = {"rank": rank, "world_size": world, "ref_losses": [x.item() for x in ref_losses],
             "variants": results, "seconds": time.perf_counter() - t0}

@@ -22,6 +22,7 @@ from roam import zoo
 from roam.capture.errors import CaptureError
 from roam.capture.sharded import ShardedModel, ShardSpec, gradient_divide_factors
 from roam.executor.planning import plan_graph, validate_plan
+from roam.executor.api import RoamStep
 
 from conftest import roam_binary
 
@@ -300,6 +301,17 @@ def test_two_ranks_equal_eager_fsdp2(two_ranks):
             # others run the captured graph (planned, or in program order)
             assert v["modes"][0] == "eager"
             assert all(m in ("planned", "program", "diverged") for m in v["modes"][1:])
+            # a planned step served every tensor of the plan in its arena: the measured
+            # arena use is the planned arena; on the fallback heap at most the process
+            # group's own small buffers (gloo's, under 4 KiB together)
+            for mode, (planned, used, fallback) in zip(v["modes"], v["arenas"]):
+                if mode == "planned":
+                    assert used <= planned and planned - used < 64, v
+                    assert fallback <= RoamStep.RANK_NOISE_BYTES, v
+            # the ranks decide together (rank_group_of: the ShardedModel's group)
+            j = v["joint"]
+            assert j["ranks_is_model"] and j["any_last"] and not j["any_none"], j
+            assert j["refused"] and "would issue different collectives" in j["refused"], j
     # the ranks trained on different batches: their losses differ, their parameters agree
     # with FSDP2's (the gradients were reduce-scattered and averaged)
     assert ranks[0]["ref_losses"] != ranks[1]["ref_losses"]

@@ -81,10 +81,9 @@ Use::
 inside the model's forward and backward: no ``process_group`` argument); its values equal
 eager FSDP2's (python/tests/test_sharded.py). The executor waits for collective buffers the
 process group releases late, as for a data-parallel rank (the graph's ``meta.distributed``).
-Caveat (torch 2.14, gloo/CPU): the ranks' joint decisions that ``optimize(process_group=...)``
-makes for a data-parallel rank are keyed on that argument, so each sharded rank decides alone
-whether to plan again after its trial step (a rank that runs one more trial step than the
-others would issue one more step's collectives; not seen in the tests).
+The ranks decide together, as data-parallel ranks do: before the first step they check that
+their plans issue the same collectives in the same order, and whether to plan again after a
+trial step is or'ed over them (every rank runs the same number of calibration steps).
 """
 
 import contextlib
@@ -348,6 +347,7 @@ class ShardedModel(nn.Module):
             raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
         group = group if group is not None else dist.group.WORLD
         self.module = model
+        self.group = group  # the process group (roam.executor's ranks decide over it)
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.group_name = group.group_name
