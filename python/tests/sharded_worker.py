@@ -67,10 +67,10 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def joint_decisions(step, sm, rank: int, world: int) -> dict:
-    """The ranks of a sharded step decide together (roam.executor.api.rank_group_of): its group
+    """The ranks of a sharded step decide together (roam.executor.ranks.rank_group_of): its group
     are the ShardedModel; a flag raised on the last rank only is raised on every rank; a
     collective order that differs on one rank is refused on every rank."""
-    from roam.executor.api import any_rank, check_ranks_agree
+    from roam.executor.ranks import any_rank, check_ranks_agree
     out = {"ranks_is_model": step.rank_group is sm,
            "any_last": any_rank(rank == world - 1, step.rank_group),
            "any_none": any_rank(False, step.rank_group)}

@@ -57,76 +57,15 @@ from .native import native
 from .planning import ALIGNMENT, validate_plan, with_graph_costs
 from .program import PlanMismatch, Program, loans_from_events, ranks_from_events
 from .report import StepReport
+from .ranks import check_ranks_agree, rank_group_of
 from .scalars import StepScalars
 from .stepping import (NO_STATE, _first_resident_write, _first_tensor, _flatten_state,
                        _InterruptGuard, _loss_value, _sig, zero_state_template)
 
-__all__ = ["RoamStep", "zero_state_template", "any_rank", "rank_group_of"]
+__all__ = ["RoamStep", "zero_state_template"]
 
 
 # ---------------------------------------------------------------- the step
-
-def rank_group_of(state) -> Any:
-    """The ranks a captured step's decisions are taken over: its data-parallel rank
-    (``state.data_parallel``, :class:`roam.capture.collectives.DataParallel`), else its
-    model when that is a :class:`roam.capture.sharded.ShardedModel`, else None (one process).
-    Either has ``group``, ``rank`` and ``world_size``."""
-    dp = getattr(state, "data_parallel", None)
-    if dp is not None:
-        return dp
-    model = getattr(state, "model", None)
-    if callable(getattr(model, "roam_distributed_meta", None)):
-        return model
-    return None
-
-
-def any_rank(flag: bool, ranks) -> bool:
-    """``flag`` or'ed over ``ranks`` (:func:`rank_group_of`; one all-reduce, MAX, on their
-    group); ``flag`` itself when ``ranks`` is None. Where the ranks decide something that
-    changes which collectives they issue (another calibration step), they decide it
-    together."""
-    if ranks is None:
-        return bool(flag)
-    import torch.distributed as dist
-    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ranks.group)
-    return bool(t.item())
-
-
-def collective_sequence(graph: Dict[str, Any], order: Sequence[str]) -> List[Tuple[str, int]]:
-    """``(kind, bytes of its first output)`` of each collective op of ``graph`` in ``order``
-    (docs/COLLECTIVES.md): what a rank issues, to be compared across ranks."""
-    ops = {op["id"]: op for op in graph["ops"]}
-    size = {t["id"]: int(t["size"]) for t in graph["tensors"]}
-    out = []
-    for oid in order:
-        op = ops.get(oid)
-        if op is not None and "collective" in op:
-            out.append((op["collective"]["kind"],
-                        size.get(op["outputs"][0], 0) if op["outputs"] else 0))
-    return out
-
-
-def check_ranks_agree(graph: Dict[str, Any], order: Sequence[str], ranks) -> None:
-    """Every rank of ``ranks`` (:func:`rank_group_of`) issues the same collectives in the same order
-    under its plan (or the program order): else a RuntimeError on every rank, before any
-    step (a rank that issues another collective than the others waits forever)."""
-    if ranks is None:
-        return
-    import torch.distributed as dist
-    mine = collective_sequence(graph, order)
-    seqs: List[Any] = [None] * ranks.world_size
-    dist.all_gather_object(seqs, mine, group=ranks.group)
-    for r, other in enumerate(seqs):
-        if other != mine:
-            k = next((i for i, (a, b) in enumerate(zip(mine, other)) if a != b),
-                     min(len(mine), len(other)))
-            raise RuntimeError(
-                f"roam: rank {ranks.rank} and rank {r} would issue different "
-                f"collectives ({len(mine)} and {len(other)} of them, first difference at "
-                f"collective {k}): the ranks must capture the same step (same model, "
-                f"optimizer and batch shape)")
-
 
 class RoamStep:
     """One training step under a roam plan; call it as ``loss = step(*inputs)`` (inputs

@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 
 from ..capture.rng import preserved_rng_state
-from .api import RoamStep, any_rank, rank_group_of
+from .api import RoamStep
+from .ranks import any_rank, rank_group_of
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges, load_plan, parse_size,
                        plan_graph, servable_workspaces)
 
