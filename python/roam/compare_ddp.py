@@ -177,26 +177,56 @@ def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: in
     }
 
 
+def _positive(text: str) -> int:
+    """An integer >= 1 (argparse type: else exit 2 naming the option)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} is not positive")
+    return v
+
+
+def _size(text: str) -> int:
+    """A memory size (bytes, or with a unit: 20MiB) for argparse; else exit 2."""
+    from .executor.planning import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="roam.compare_ddp", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="convnet", help="mlp or convnet (default convnet)")
-    ap.add_argument("--width", type=int, default=32, help="channels / hidden units")
-    ap.add_argument("--batch-size", type=int, default=32, help="batch per rank")
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--model", default="convnet", choices=("mlp", "convnet"),
+                    help="mlp or convnet (default convnet)")
+    ap.add_argument("--width", type=_positive, default=32, help="channels / hidden units")
+    ap.add_argument("--batch-size", type=_positive, default=32, help="batch per rank")
+    ap.add_argument("--steps", type=_positive, default=5, help="steps (default 5)")
     ap.add_argument("--against", default="ddp", choices=("ddp", "fsdp2"),
                     help="ddp: roam's data-parallel rank (process_group=WORLD) against "
                          "DistributedDataParallel; fsdp2: roam's ShardedModel rank against "
                          "fully_shard (default ddp)")
-    ap.add_argument("--budget", default=None,
+    ap.add_argument("--budget", default=None, type=_size,
                     help="roam's memory budget for the whole step (resident included), bytes "
-                         "or e.g. 20MiB (default: none)")
+                         "or e.g. 20MiB (default: none); one the ranks cannot meet: one line "
+                         "naming the smallest budget roam meets, exit 3 (torchrun then "
+                         "reports the rank's failure and exits 1)")
     ap.add_argument("--out", default=None, help="JSON file: one list of the ranks' results "
                                                 "(written by rank 0)")
     a = ap.parse_args(argv)
     import torch.distributed as dist
     dist.init_process_group("gloo")
+    from . import BudgetInfeasible
     try:
-        res = run(a.model, a.width, a.batch_size, a.steps, budget=a.budget, against=a.against)
+        try:
+            res = run(a.model, a.width, a.batch_size, a.steps, budget=a.budget,
+                      against=a.against)
+        except BudgetInfeasible as e:  # every rank refuses the same budget, before any step
+            if dist.get_rank() == 0:
+                print(e, file=sys.stderr)  # "roam: budget ... cannot be met: ..."
+            return 3
         everyone: List[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, res)
         if dist.get_rank() == 0:

@@ -183,6 +183,23 @@ def test_process_group_must_be_a_group():
                      (torch.randn(2, 8), torch.randint(0, 4, (2,))), process_group="world")
 
 
+@pytest.mark.parametrize("argv, word", [
+    (["--model", "resnet"], "--model: invalid choice"),
+    (["--width", "0"], "--width: 0 is not positive"),
+    (["--steps", "x"], "--steps: 'x' is not an integer"),
+    (["--budget", "12parsecs"], "--budget: not a memory size"),
+    (["--against", "zero"], "--against: invalid choice")])
+def test_compare_bad_arguments_exit_2_before_any_rank_starts(argv, word, capsys):
+    """roam.compare_ddp refuses a bad argument with one line and exit 2, before
+    init_process_group (which would wait for the other ranks)."""
+    from roam import compare_ddp
+    with pytest.raises(SystemExit) as e:
+        compare_ddp.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert word in err and err.strip().splitlines()[-1].startswith("roam.compare_ddp: error:")
+
+
 def test_two_ranks_equal_ddp_and_hold_less(tmp_path):
     """torchrun, 2 ranks, gloo: roam's planned rank steps against DistributedDataParallel on
     the same batches (roam.compare_ddp)."""
