@@ -472,6 +472,12 @@ TEST(BadInput, DuplicateJsonKeysAreRefused) {
                  R"({"format":"roam-graph","version":1,"tensors":[],"ops":[{"inputs":[],"inputs":[],"id":"n7"}]})");
   EXPECT_EQ(e.field(), "ops[0].inputs");
   EXPECT_EQ(e.id(), "n7");
+  // Inside an object nested in an op (its `collective`): the op's id.
+  e = read_error(dir, "dup_nested.json",
+                 R"({"format":"roam-graph","version":1,"tensors":[],"ops":[{"id":"c3","inputs":[],)"
+                 R"("outputs":[],"collective":{"kind":"all_reduce","kind":"broadcast"}}]})");
+  EXPECT_EQ(e.field(), "ops[0].collective.kind");
+  EXPECT_EQ(e.id(), "c3");
   // At the top level, and nested in meta.
   e = read_error(dir, "dup_top.json", R"({"format":"roam-graph","version":1,"version":2})");
   EXPECT_EQ(e.field(), "version");

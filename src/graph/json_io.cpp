@@ -168,7 +168,15 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   if (!finder.found) {  // cannot happen: the counts differ only with a repeated key
     throw InputError(file, "(json)", "", "an object has a duplicate key");
   }
-  // The id of the object holding the key, from the parsed document, when it has one.
+  // The id of the innermost object on the path that has one (the object holding the key, or
+  // the op or tensor around a nested object such as an op's `collective`), from the parsed
+  // document.
+  std::string id;
+  const auto id_of = [&id](const json* o) {
+    if (o == nullptr || !o->is_object()) return;
+    auto it = o->find("id");
+    if (it != o->end() && it->is_string()) id = it->get<std::string>();
+  };
   const json* obj = &doc;
   for (const auto& [k, i] : finder.pointer) {
     if (obj == nullptr) break;
@@ -178,11 +186,7 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
     } else {
       obj = obj->is_array() && static_cast<size_t>(i) < obj->size() ? &(*obj)[static_cast<size_t>(i)] : nullptr;
     }
-  }
-  std::string id;
-  if (obj != nullptr && obj->is_object()) {
-    auto it = obj->find("id");
-    if (it != obj->end() && it->is_string()) id = it->get<std::string>();
+    id_of(obj);
   }
   const std::string field =
       finder.field.empty() ? finder.key_name : finder.field + "." + finder.key_name;
