@@ -12,8 +12,8 @@ reference, each with its own Adam; the two run step by step, interleaved, on the
 * ``--against ddp`` (default): roam's data-parallel rank, ``roam.optimize(model, optimizer,
   loss_fn, batch, process_group=WORLD)``, against ``DistributedDataParallel`` (its defaults:
   25 MiB buckets, ``broadcast_buffers=True``, ``gradient_as_bucket_view=False``).
-* ``--against fsdp2``: roam's sharded rank, ``roam.optimize(ShardedModel(model, WORLD,
-  reshard_after_forward=True), ...)``, against eager FSDP2 (``fully_shard`` on every submodule
+* ``--against fsdp2``: roam's sharded rank, ``roam.optimize(ShardedModel(model, WORLD),
+  ...)`` (``reshard_after_forward=True``), against eager FSDP2 (``fully_shard`` on every submodule
   with parameters of its own, then on the root; its default ``reshard_after_forward=True``);
   parameters compared gathered.
 
@@ -116,8 +116,8 @@ def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: in
         trained, group = model, dist.group.WORLD
     else:
         ref_model, persistent = _fsdp2(reference), 0  # FSDP2 frees its buffers each step
-        # FSDP2's default: re-gather in the backward (the root module aside)
-        trained, group = ShardedModel(model, dist.group.WORLD, reshard_after_forward=True), None
+        # its default as FSDP2's: re-gather in the backward
+        trained, group = ShardedModel(model, dist.group.WORLD), None
     opt = torch.optim.Adam(trained.parameters(), lr=lr)
     ref_opt = torch.optim.Adam(ref_model.parameters(), lr=lr)
     t0 = time.perf_counter()
@@ -177,6 +177,26 @@ def run(model_name: str = "convnet", width: int = 32, batch: int = 32, steps: in
     }
 
 
+def summary(ranks: List[Dict[str, Any]]) -> str:
+    """One line per rank of the ranks' results (:func:`run`), MiB = 2^20 bytes."""
+    mib = 1 << 20
+    ref = "DDP" if ranks[0]["against"] == "ddp" else "FSDP2"
+    lines = [f"roam vs {ref}, {ranks[0]['model']} (width {ranks[0]['width']}, batch "
+             f"{ranks[0]['batch_per_rank']} per rank), {len(ranks)} ranks, "
+             f"{len(ranks[0]['steps'])} steps; peaks above parameters and optimizer state, "
+             f"measured, max over the steps after the first"]
+    for x in ranks:
+        modes = ",".join(s["mode"] for s in x["steps"])
+        lines.append(
+            f"rank {x['rank']}: loss rel. diff {x['max_loss_rel_diff']:.1e}, parameter rel. "
+            f"diff {x['max_param_rel_diff']:.1e}; roam peak {x['roam_peak'] / mib:.2f} MiB "
+            f"(arena {x['planned_arena_bytes'] / mib:.2f}), {ref} "
+            f"{x['ref_peak'] / mib:.2f} MiB ({x['roam_peak'] / x['ref_peak']:.3f} x); median "
+            f"step {x['roam_median_seconds']:.3f} s vs {x['ref_median_seconds']:.3f} s; "
+            f"modes {modes}")
+    return "\n".join(lines)
+
+
 def _positive(text: str) -> int:
     """An integer >= 1 (argparse type: else exit 2 naming the option)."""
     try:
@@ -213,8 +233,14 @@ def main(argv=None) -> int:
                          "or e.g. 20MiB (default: none); one the ranks cannot meet: one line "
                          "naming the smallest budget roam meets, exit 3 (torchrun then "
                          "reports the rank's failure and exits 1)")
-    ap.add_argument("--out", default=None, help="JSON file: one list of the ranks' results "
-                                                "(written by rank 0)")
+    ap.add_argument("--out", default=None,
+                    help="also write the ranks' results here (JSON, one object per rank, by "
+                         "rank 0): steps (per step: roam_loss, ref_loss, mode, roam_step_peak, "
+                         "arena_bytes, fallback_peak, ref_step_peak, seconds), "
+                         "max_loss_rel_diff, max_param_rel_diff, roam_peak (arena + fallback, "
+                         "bytes above parameters and optimizer state), ref_peak (its step peak "
+                         "+ ref_persistent_bytes: DDP's buckets, 0 for FSDP2), planned_arena_"
+                         "bytes, resident_bytes, collectives, plan_collectives (op ids)")
     a = ap.parse_args(argv)
     import torch.distributed as dist
     dist.init_process_group("gloo")
@@ -230,12 +256,10 @@ def main(argv=None) -> int:
         everyone: List[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, res)
         if dist.get_rank() == 0:
-            text = json.dumps(everyone, indent=1)
             if a.out:
                 with open(a.out, "w") as f:
-                    f.write(text + "\n")
-            else:
-                print(text)
+                    f.write(json.dumps(everyone, indent=1) + "\n")
+            print(summary(everyone))
     finally:
         dist.destroy_process_group()
     return 0

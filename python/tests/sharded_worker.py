@@ -67,9 +67,10 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def joint_decisions(step, sm, rank: int, world: int) -> dict:
-    """The ranks of a sharded step decide together (roam.executor.ranks.rank_group_of): its group
-    are the ShardedModel; a flag raised on the last rank only is raised on every rank; a
-    collective order that differs on one rank is refused on every rank."""
+    """The ranks of a sharded step decide together (roam.executor.ranks.rank_group_of): their
+    group is the ShardedModel's; a flag raised on the last rank only is raised on every rank; a
+    collective order that differs on one rank is refused on every rank; so is a budget that
+    only the last rank cannot meet."""
     from roam.executor.ranks import any_rank, check_ranks_agree
     out = {"ranks_is_model": step.rank_group is sm,
            "any_last": any_rank(rank == world - 1, step.rank_group),
@@ -84,6 +85,17 @@ def joint_decisions(step, sm, rank: int, world: int) -> dict:
         out["refused"] = None
     except RuntimeError as e:
         out["refused"] = str(e)
+    # a budget the last rank alone cannot meet is refused on every rank, with its figures
+    from roam import BudgetInfeasible
+    from roam.executor.ranks import refuse_together
+    mine = (BudgetInfeasible(f"roam: budget 100 B cannot be met (rank {rank})", 100,
+                             1000 + rank, 500 + rank) if rank == world - 1 else None)
+    try:
+        refuse_together(mine, step.rank_group)
+        out["budget_refused"] = None
+    except BudgetInfeasible as e:
+        out["budget_refused"] = [str(e), e.budget_bytes, e.smallest_budget_bytes,
+                                 e.lower_bound_bytes]
     return out
 
 

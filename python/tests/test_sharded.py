@@ -312,6 +312,12 @@ def test_two_ranks_equal_eager_fsdp2(two_ranks):
             j = v["joint"]
             assert j["ranks_is_model"] and j["any_last"] and not j["any_none"], j
             assert j["refused"] and "would issue different collectives" in j["refused"], j
+            # the last rank's refusal, raised on every rank with its figures
+            msg, budget, smallest, bound = j["budget_refused"]
+            last = len(ranks) - 1
+            assert (budget, smallest, bound) == (100, 1000 + last, 500 + last), j
+            assert f"(rank {last})" in msg
+            assert (x["rank"] == last) == (not msg.startswith(f"roam: rank {last} of the group"))
     # the ranks trained on different batches: their losses differ, their parameters agree
     # with FSDP2's (the gradients were reduce-scattered and averaged)
     assert ranks[0]["ref_losses"] != ranks[1]["ref_losses"]

@@ -505,11 +505,13 @@ c10::DataPtr Session::allocate(size_t n) {
       if (off < 0 && release_wait_s_ > 0.0 && span >= kMinArenaWorkspace &&
           find_block_fit_locked(span, true) >= 0) {
         // the block is held by an earlier op's storage the plan has freed by now: a late
-        // free (a process group's worker thread), waited for as for a planned output. Only
-        // for a request of at least kMinArenaWorkspace bytes: a smaller one goes to the
-        // fallback heap at once (gloo may hold a collective's buffer until other ranks have
-        // received it, and every rank would then wait out the whole time)
-        if (freed_cv_.wait_for(lock, std::chrono::duration<double>(release_wait_s_),
+        // free (a process group's worker thread), waited for briefly. Only for a request of
+        // at least kMinArenaWorkspace bytes (a smaller one goes to the fallback heap at once),
+        // and at most kBlockReleaseWaitSeconds: gloo may also hold a collective's scratch
+        // until it takes its next collective, which this op has yet to launch (every rank
+        // would wait out the whole time); such a request then goes on to free arena bytes
+        const double wait_s = std::min(release_wait_s_, kBlockReleaseWaitSeconds);
+        if (freed_cv_.wait_for(lock, std::chrono::duration<double>(wait_s),
                                [&] { return find_block_fit_locked(span) >= 0; })) {
           ++st_.release_waits;
         }

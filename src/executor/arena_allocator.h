@@ -122,6 +122,8 @@ class Session;
 class Session : public std::enable_shared_from_this<Session> {
  public:
   static constexpr uint64_t kMinArenaWorkspace = 4096;  // smaller ones go to the heap
+  // The longest a workspace-block request waits for a late free (set_release_wait).
+  static constexpr double kBlockReleaseWaitSeconds = 0.002;
 
   Session();
   ~Session();

@@ -39,12 +39,12 @@ in the same slot, so names, tied weights and buffers are the model's):
 * **Update**: the optimizer (over ``ShardedModel.parameters()``: the shards) updates the
   shards; its state has the shards' shapes. Padding stays zero (its gradient is zero).
 
-**Lifetimes.** ``reshard_after_forward=False`` (the default; FSDP2's
-``reshard_after_forward=False``, ZeRO-2-like for parameters): what autograd saves of a
+**Lifetimes.** ``reshard_after_forward=False`` (FSDP2's ``reshard_after_forward=False``,
+ZeRO-2-like for parameters): what autograd saves of a
 gathered parameter for the backward (a linear's weight, a LayerNorm's weight and bias; not a
 linear's bias) is the forward's gathered tensor, so it lives from its forward all-gather to
 its last use in the backward; there is no all-gather in the backward. ``reshard_after_forward=True``
-(FSDP2's default for non-root modules, ZeRO-3): what autograd saves of a gathered parameter
+(the default, as FSDP2's for non-root modules; ZeRO-3): what autograd saves of a gathered parameter
 (the parameter or a view of it, e.g. ``weight.t()`` of a linear) is replaced by a marker
 (``torch.autograd.graph.saved_tensors_hooks``), and the backward all-gathers the shard again
 when a node unpacks it (once per node; a second node needing the same parameter while the
@@ -322,7 +322,8 @@ class ShardedModel(nn.Module):
         group: the ``torch.distributed`` process group (None: the default group).
         layout: ``"dim0"`` (FSDP2) or ``"flat"`` (FSDP1 / ZeRO-3), :class:`ShardSpec`.
         reshard_after_forward: re-gather in the backward instead of keeping the gathered
-            parameters from the forward (module docstring, "Lifetimes").
+            parameters from the forward (module docstring, "Lifetimes"); default True, as
+            FSDP2's ``fully_shard``.
 
     ``forward(*args, **kwargs)`` is the model's, each submodule's parameters gathered right
     before its forward. ``parameters()`` are the shards (``module.<name>``); pass them to
@@ -334,7 +335,7 @@ class ShardedModel(nn.Module):
     """
 
     def __init__(self, model: nn.Module, group=None, *, layout: str = "dim0",
-                 reshard_after_forward: bool = False):
+                 reshard_after_forward: bool = True):
         super().__init__()
         import torch.distributed as dist
         if not isinstance(model, nn.Module):

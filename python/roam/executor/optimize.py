@@ -20,7 +20,7 @@ import torch
 
 from ..capture.rng import preserved_rng_state
 from .api import RoamStep
-from .ranks import any_rank, rank_group_of
+from .ranks import any_rank, rank_group_of, refuse_together
 from .planning import (ALIGNMENT, BudgetInfeasible, add_rng_order_edges, load_plan, parse_size,
                        plan_graph, servable_workspaces)
 
@@ -172,8 +172,10 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     the same collectives in the same order) and every step runs them on the group. Every
     rank calls ``optimize`` with its own batch of the same shape; the ranks check at the
     start that their plans issue the same collectives (RuntimeError if not). With a budget,
-    op costs default to ``"estimate"`` (the same on every rank). The model is used as it is:
-    not wrapped in DDP.
+    op costs default to ``"estimate"`` (the same on every rank; also for a
+    :class:`roam.capture.sharded.ShardedModel`), and a budget one rank cannot meet is refused
+    on every rank (BudgetInfeasible naming that rank). The model is used as it is: not
+    wrapped in DDP.
 
     Raises:
         BudgetInfeasible: no schedule roam finds meets ``budget`` with those generator
@@ -194,7 +196,7 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     budget_bytes = None if budget is None else parse_size(budget)
     if cost is None:
         cost = "none" if budget_bytes is None or plan is not None else (
-            "measured" if process_group is None else "estimate")
+            "measured" if process_group is None and not sharded else "estimate")
     with preserved_rng_state():
         if captured is None:
             say("capturing the training step")
@@ -226,8 +228,15 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
         def plan_of(g, b):
             if b is None:
                 return plan_graph(g, order, layout, alignment, time_limit_seconds, threads)
-            return plan_within_budget(g, captured, b, order, layout, alignment,
-                                      time_limit_seconds, threads, progress)
+            # the ranks of a distributed step refuse a budget together (ranks.refuse_together)
+            plan_b, refused = None, None
+            try:
+                plan_b = plan_within_budget(g, captured, b, order, layout, alignment,
+                                            time_limit_seconds, threads, progress)
+            except BudgetInfeasible as e:
+                refused = e
+            refuse_together(refused, rank_group_of(st))
+            return plan_b
 
         def needs_more(step, b) -> bool:
             """The planned trial step held more than the graph run eagerly (the step then

@@ -8,7 +8,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
-__all__ = ["any_rank", "check_ranks_agree", "collective_sequence", "rank_group_of"]
+__all__ = ["any_rank", "check_ranks_agree", "collective_sequence", "rank_group_of",
+           "refuse_together"]
 
 
 def rank_group_of(state) -> Any:
@@ -71,3 +72,33 @@ def check_ranks_agree(graph: Dict[str, Any], order: Sequence[str], ranks) -> Non
                 f"collectives ({len(mine)} and {len(other)} of them, first difference at "
                 f"collective {k}): the ranks must capture the same step (same model, "
                 f"optimizer and batch shape)")
+
+
+def refuse_together(error, ranks) -> None:
+    """Where one rank cannot meet a budget, none goes on: a rank that planned would run its
+    calibration steps' collectives and wait forever for the one that refused (the ranks'
+    graphs may differ by a few bytes: kernel scratch measured on each). ``error``: this
+    rank's :class:`~roam.executor.planning.BudgetInfeasible`, or None. Returns when no rank
+    refused; else every rank raises the refusal of the first rank that refused (its own
+    error on that rank; elsewhere a BudgetInfeasible naming it, with its message and figures,
+    in bytes), so that every rank goes on with the same figures (optimize then tries the
+    smallest budget named, on every rank alike). One all_gather_object on the group; nothing
+    when ``ranks`` is None (then ``error`` is raised if given)."""
+    if ranks is None:
+        if error is not None:
+            raise error
+        return
+    import torch.distributed as dist
+    from .planning import BudgetInfeasible
+    mine = None if error is None else (str(error), error.budget_bytes,
+                                       error.smallest_budget_bytes, error.lower_bound_bytes)
+    everyone: List[Any] = [None] * ranks.world_size
+    dist.all_gather_object(everyone, mine, group=ranks.group)
+    for r, other in enumerate(everyone):
+        if other is None:
+            continue
+        if r == ranks.rank:
+            raise error
+        msg, budget, smallest, bound = other
+        raise BudgetInfeasible(f"roam: rank {r} of the group cannot meet the budget, so no "
+                               f"rank runs: {msg}", budget, smallest, bound)
