@@ -965,3 +965,12 @@ def test_headline_names_the_simulated_cuda_caching_allocator_like_roam_plan(tmp_
     held = json.loads(rows.read_text())["reference_held_bytes"]
     assert (f"on PyTorch's CUDA caching allocator (simulated) {held / (1 << 20):.2f} MiB"
             in step.headline())
+
+
+def test_small_fallback_is_printed_in_bytes_not_as_zero_mib():
+    from roam.executor.report import _mib_or_bytes
+    assert _mib_or_bytes(0) == "0.00 MiB"
+    assert _mib_or_bytes(1024) == "1024 B"          # 0.00098 MiB would print as 0.00
+    assert _mib_or_bytes(5242) == "5242 B"          # 0.004999 MiB
+    assert _mib_or_bytes(5243) == "0.01 MiB"        # 0.0050001 MiB rounds to 0.01
+    assert _mib_or_bytes(3 << 20) == "3.00 MiB"

@@ -6,6 +6,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
 
+def _mib_or_bytes(n: int) -> str:
+    """``n`` bytes as ``"X.XX MiB"``, or as ``"N B"`` where that would print a non-zero size
+    as 0.00 MiB."""
+    n = int(n)
+    return f"{n} B" if 0 < n < 0.005 * (1 << 20) else f"{n / (1 << 20):.2f} MiB"
+
+
 @dataclass
 class StepReport:
     """What one step measured. Bytes are counted by the planned CPU allocator; fallback and
@@ -85,13 +92,13 @@ class StepReport:
                     f"holds for it; nothing planned, nothing saved")
         used = (f"step {self.step} ({self.mode}): {self.total_peak_bytes / mib:.2f} MiB above "
                 f"the resident tensors (arena {self.arena_bytes / mib:.2f} + fallback heap peak "
-                f"{self.fallback_peak_bytes / mib:.2f})")
+                f"{_mib_or_bytes(self.fallback_peak_bytes)})")
         if self.state_created_bytes:
             used = (f"step {self.step} ({self.mode}, the first step of a fresh optimizer): "
                     f"{self.total_peak_bytes / mib:.2f} MiB above what existed before it (the "
                     f"optimizer state it created, {self.state_created_bytes / mib:.2f}, + arena "
                     f"{self.arena_bytes / mib:.2f} + fallback heap peak "
-                    f"{self.fallback_peak_bytes / mib:.2f})")
+                    f"{_mib_or_bytes(self.fallback_peak_bytes)})")
             if self.eager_first_step_bytes is not None:
                 used += (f"; an eager first step holds about "
                          f"{self.eager_first_step_bytes / mib:.2f} MiB (estimated from the graph: "
@@ -161,7 +168,7 @@ class StepReport:
             elif short:
                 parts = []
                 if self.fallback_peak_bytes > 0:
-                    parts.append(f"{self.fallback_peak_bytes / mib:.2f} MiB went to the fallback "
+                    parts.append(f"{_mib_or_bytes(self.fallback_peak_bytes)} went to the fallback "
                                  f"heap (allocations that fit neither a planned block nor their "
                                  f"op's workspace block: kernel scratch larger on this run than "
                                  f"the capture measured)")
