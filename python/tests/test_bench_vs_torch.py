@@ -141,6 +141,10 @@ def test_compile_budgets_partition_differently_and_keep_the_loss():
     assert p1["saved"] == 8
     assert p1["saved_bytes"] == 4 * (5 * 8 + 16 * 16 + 4 * 16 + 5 * 16 * 2 + 5 * 4 + 1) + 8 * 5
     assert p1["rng_in_bw"] == 0 and p0["rng_in_bw"] == 0
+    # of those, the activations (not graph inputs): none at 0.0; relu, tanh, log_softmax and
+    # the normaliser at 1.0
+    assert p0["saved_act_bytes"] == 0
+    assert p1["saved_act_bytes"] == 4 * (5 * 16 * 2 + 5 * 4 + 1)
     # budget 0.0 recomputes the forward in the backward: fc1 and fc2 (addmm) run again there
     assert p0["bw_ops"] > p1["bw_ops"]
 
@@ -239,17 +243,50 @@ def test_paired_ratio_and_anchor_lines_by_hand():
     mib = 1 << 20
     d = {"resident_bytes": 5 * mib, "blocks": 3, "rows": [
         {"row": "eager", "kind": "eager", "times": [1, 1, 1, 1], "peak_bytes": 10 * mib},
-        {"row": "compile 1.0", "kind": "compile", "compile_budget": 1.0, "saved_bytes": 8 * mib,
+        {"row": "compile 1.0", "kind": "compile", "compile_budget": 1.0, "saved_bytes": 9 * mib,
+         "saved_act_bytes": 8 * mib,
          "saved_tensors": 20, "times": [1, 1, 1, 1], "peak_bytes": 10 * mib},
-        {"row": "compile 0.5", "kind": "compile", "compile_budget": 0.5, "saved_bytes": 2 * mib,
+        {"row": "compile 0.5", "kind": "compile", "compile_budget": 0.5, "saved_bytes": 3 * mib,
+         "saved_act_bytes": 2 * mib,
          "saved_tensors": 10, "rng_in_bw": 2, "times": [1, 2, 2, 2], "peak_bytes": 4 * mib},
         {"row": "roam @ compile 0.5", "kind": "roam", "budget_bytes": 9 * mib, "met": True,
          "times": [1, 1, 1, 1], "peak_bytes": 4 * mib},
     ]}
     lines = BENCH.anchor_lines(d)
     assert len(lines) == 2
-    assert "the partition saves 2.00 MiB = 0.25 of 1.0's (10 tensors against 20)" in lines[1]
+    assert ("the partition saves 2.00 MiB of activations (not inputs) = 0.25 of 1.0's (10 "
+            "tensors against 20)") in lines[1]
     assert "measured peak 0.40 of compile 1.0's" in lines[1]
     assert "2 random ops recomputed in the backward" in lines[1]
     assert "roam at its peak: 4.00 MiB, met, FASTER (-50.0% step time)" in lines[1]
     assert "roam: not run" in lines[0]
+
+
+def test_random_ops_in_the_backward_are_counted_unless_their_p_is_zero():
+    # at budget 0.0 the partitioner recomputes the whole forward in the backward, the dropout
+    # with it (pytorch/pytorch#190758); a dropout of p = 0 draws nothing and is not counted
+    import torch._dynamo
+    torch._dynamo.reset()
+    counts = {}
+    for p in (0.5, 0.0):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 8), nn.Dropout(p), nn.Linear(8, 3))
+        rec = {}
+        BENCH.compiled(m, F.cross_entropy, 0.0, rec)(torch.randn(2, 4),
+                                                      torch.tensor([0, 2])).backward()
+        counts[p] = rec["partitions"][0]["rng_in_bw"]
+    assert counts == {0.5: 1, 0.0: 0}
+    # CPU attention carries a dropout_p argument (default 0: nothing drawn), as in vit_b_16
+
+    class Att(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.Linear(4, 4)
+
+        def forward(self, x):
+            q = self.q(x)
+            return F.scaled_dot_product_attention(q, q, q).flatten(1)
+    rec = {}
+    BENCH.compiled(Att(), F.cross_entropy, 0.0, rec)(torch.randn(2, 1, 3, 4),
+                                                     torch.tensor([0, 2])).backward()
+    assert rec["partitions"][0]["rng_in_bw"] == 0
