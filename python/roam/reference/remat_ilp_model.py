@@ -104,23 +104,22 @@ class RematModel:
         for k, o in enumerate(ops):
             outs = set(o.get("outputs", []))
             need, made = set(), set()
-            for x in o.get("inputs", []):
+
+            def reads(x, k=k, need=need):  # op k reads tensor x (an input, or an alias's base)
                 if x in T.producer:
                     preds[k].add(T.producer[x])
                 it = item_of(x)
                 if it is not None:
                     need.add(it)
+            for x in o.get("inputs", []):
+                reads(x)
             for y in o.get("outputs", []):
                 it = item_of(y)
                 if it is not None:
                     made.add(it)
                 b = T.t[y].get("alias_of")
                 if b is not None and b not in outs:
-                    if b in T.producer:
-                        preds[k].add(T.producer[b])
-                    it = item_of(b)
-                    if it is not None:
-                        need.add(it)
+                    reads(b)
             for v in o.get("after", []):
                 if v not in index:
                     raise ValueError(f"graph: op {o['id']!r}: after names unknown op {v!r}")
