@@ -96,6 +96,7 @@ import torch
 import torch.nn as nn
 
 from .errors import CaptureError
+from .state import tensor_names
 
 LAYOUTS = ("dim0", "flat")
 
@@ -355,28 +356,24 @@ class ShardedModel(nn.Module):
         self.backend = str(dist.get_backend(group))
         self.layout = layout
         self.reshard_after_forward = bool(reshard_after_forward)
+        # each parameter once (tied ones too), with every dotted name of it; a slot
+        # (module, attribute) once even where a module is reached by two paths
         params: List[_Param] = []
-        index: Dict[int, int] = {}
-        for mpath, mod in model.named_modules(remove_duplicate=False):
-            for name, p in list(mod._parameters.items()):
-                if p is None:
-                    continue
-                path = f"{mpath}.{name}" if mpath else name
-                k = index.get(id(p))
-                if k is None:
-                    index[id(p)] = len(params)
-                    params.append(_Param([], [], ShardSpec(tuple(p.shape), self.world_size,
-                                                           layout), p.requires_grad))
-                    k = len(params) - 1
-                if (mod, name) not in [(m, n) for m, n in params[k].slots]:
-                    params[k].slots.append((mod, name))
-                    params[k].paths.append(path)
+        for t, names in zip(*tensor_names(model, "_parameters")):
+            ps = _Param([], [], ShardSpec(tuple(t.shape), self.world_size, layout),
+                        t.requires_grad)
+            for path in names:
+                prefix, _, name = path.rpartition(".")
+                slot = (model.get_submodule(prefix), name)
+                if slot not in ps.slots:
+                    ps.slots.append(slot)
+                    ps.paths.append(path)
+            params.append(ps)
         if not params:
             raise CaptureError("ShardedModel: the model has no parameters")
         # one shard Parameter per parameter, in every slot of it (tied slots share it)
         shards: Dict[int, nn.Parameter] = {}
-        for pid, k in index.items():
-            ps = params[k]
+        for k, ps in enumerate(params):
             mod, name = ps.slots[0]
             full = mod._parameters[name]
             with torch.no_grad():
