@@ -451,6 +451,27 @@ def test_plans_under_a_budget_hold_the_generator_states_of_recomputed_dropout():
         assert held(plan) <= budget
         fitted += 1
     assert raw_over > 0 and fitted > 0 and refused > 0
+    # reserve_bytes (a rank's process-group buffers on the fallback heap) is kept free beside
+    # them: the smallest budget named grows by exactly the reserve (the same plan, at
+    # libroam's smallest), and every plan returned fits with it
+    reserve = 4096
+    with pytest.raises(BudgetInfeasible) as e0:
+        plan_within_budget(probe.graph, probe.captured, 1)
+    with pytest.raises(BudgetInfeasible) as er:
+        plan_within_budget(probe.graph, probe.captured, 1, reserve_bytes=reserve)
+    assert er.value.smallest_budget_bytes == e0.value.smallest_budget_bytes + reserve
+    assert f"{reserve} B kept for the process group's own buffers" in str(er.value)
+    fitted = 0
+    for k in range(9):
+        budget = s0 + (full - s0) * k // 8
+        try:
+            plan = plan_within_budget(probe.graph, probe.captured, budget, reserve_bytes=reserve)
+        except BudgetInfeasible as err:
+            assert err.smallest_budget_bytes > budget == err.budget_bytes
+            continue
+        assert held(plan) + reserve <= budget
+        fitted += 1
+    assert fitted > 0
 
 
 def test_measured_step_within_a_budget_that_recomputes_dropout():

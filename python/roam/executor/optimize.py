@@ -30,11 +30,14 @@ __all__ = ["optimize", "plan_within_budget"]
 def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order: str = "roam",
                        layout: str = "roam", alignment: int = ALIGNMENT,
                        time_limit_seconds: float = 60.0, threads: int = 1,
-                       progress: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+                       progress: Optional[Callable[[str], None]] = None,
+                       reserve_bytes: int = 0) -> Dict[str, Any]:
     """A plan of ``graph`` (the planned graph of ``captured``, a :class:`roam.capture.Graph`)
     whose step fits ``budget_bytes`` (bytes) with the executor's own bytes for generator
-    states: resident + arena + :func:`~roam.executor.program.held_rng_state_bytes` of the
-    random ops the plan recomputes (:func:`~roam.executor.program.replayed_random_ops`) <=
+    states and ``reserve_bytes`` held outside the plan (a rank's process-group buffers on the
+    fallback heap, :attr:`RoamStep.RANK_NOISE_BYTES`): resident + arena +
+    :func:`~roam.executor.program.held_rng_state_bytes` of the random ops the plan recomputes
+    (:func:`~roam.executor.program.replayed_random_ops`) + ``reserve_bytes`` <=
     ``budget_bytes``. libroam plans resident + arena within a budget (:func:`plan_graph`);
     when the generator states do not fit beside that plan's arena, it plans again with the
     budget lowered by them, until a plan fits (each round that does not fit lowers the budget
@@ -45,7 +48,8 @@ def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order
 
     Raises:
         BudgetInfeasible: no plan fits; ``smallest_budget_bytes`` is resident + arena +
-            generator-state bytes of libroam's plan at the smallest budget libroam meets, a
+            generator-state bytes (+ ``reserve_bytes``) of libroam's plan at the smallest
+            budget libroam meets, a
             budget this function meets (a plan that recomputes fewer random ops may meet a
             lower one; with no random op recomputed there it is libroam's own error,
             unchanged); ``lower_bound_bytes`` is libroam's lower bound of resident + arena.
@@ -55,11 +59,15 @@ def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order
     gm, op_nodes = captured.traced.gm, captured.op_nodes
     mib = 1 << 20
 
+    reserve = int(reserve_bytes)
+
     def held(p) -> Tuple[int, int, int]:
+        """(resident + arena + generator states + reserve, generator-state bytes, random
+        ops the plan recomputes)."""
         n = len(replayed_random_ops(gm, op_nodes, p["order"]))
         rng = held_rng_state_bytes(n)
         st = p["stats"]
-        return int(st["resident_bytes"]) + int(st["arena_bytes"]) + rng, rng, n
+        return int(st["resident_bytes"]) + int(st["arena_bytes"]) + rng + reserve, rng, n
 
     def plan_at(b: int) -> Dict[str, Any]:
         return plan_graph(graph, order, layout, alignment, time_limit_seconds, threads,
@@ -70,17 +78,21 @@ def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order
         try:
             plan = plan_at(b)
         except BudgetInfeasible as e:
-            if e.smallest_budget_bytes <= 0 or e.smallest_budget_bytes == b:
+            if e.smallest_budget_bytes <= 0 or (e.smallest_budget_bytes == b and not reserve):
                 raise
             smallest = plan_at(e.smallest_budget_bytes)
             total, rng, n = held(smallest)
             if total <= budget_bytes:
                 return smallest
-            if rng == 0 and b == budget_bytes:
+            if rng == 0 and not reserve and b == budget_bytes:
                 raise  # libroam's own verdict: nothing of the executor's to add
-            what = (f"resident + arena {total - rng} B and {rng} B of CPU generator states the "
-                    f"executor holds for the {n} random ops that plan recomputes"
-                    if rng else "resident + arena")
+            parts = [f"resident + arena {total - rng - reserve} B"]
+            if rng:
+                parts.append(f"{rng} B of CPU generator states the executor holds for the {n} "
+                             f"random ops that plan recomputes")
+            if reserve:
+                parts.append(f"{reserve} B kept for the process group's own buffers")
+            what = " and ".join(parts) if len(parts) > 1 else "resident + arena"
             raise BudgetInfeasible(
                 f"roam: budget {budget_bytes} B ({budget_bytes / mib:.2f} MiB) cannot be met: "
                 f"the smallest budget roam meets is {total} B ({total / mib:.2f} MiB: {what}); "
@@ -90,9 +102,13 @@ def plan_within_budget(graph: Dict[str, Any], captured, budget_bytes: int, order
         total, rng, n = held(plan)
         if total <= budget_bytes:
             return plan
-        # rng > budget_bytes - b here (resident + arena <= b): the next budget is below b
-        b = max(1, budget_bytes - rng)
-        say(f"the plan recomputes {n} random ops, whose generator states ({rng} B) do not fit "
+        # rng + reserve > budget_bytes - b here (resident + arena <= b): the next budget is
+        # below b
+        b = max(1, budget_bytes - rng - reserve)
+        say(f"the plan recomputes {n} random ops, whose generator states ({rng} B) and the "
+            f"{reserve} B kept for the process group do not fit beside its arena: planning "
+            f"again with the budget lowered to {b} B" if reserve else
+            f"the plan recomputes {n} random ops, whose generator states ({rng} B) do not fit "
             f"beside its arena: planning again with the budget lowered to {b} B")
 
 
@@ -173,7 +189,9 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
     rank calls ``optimize`` with its own batch of the same shape; the ranks check at the
     start that their plans issue the same collectives (RuntimeError if not). With a budget,
     op costs default to ``"estimate"`` (the same on every rank; also for a
-    :class:`roam.capture.sharded.ShardedModel`), and a budget one rank cannot meet is refused
+    :class:`roam.capture.sharded.ShardedModel`), a rank's plan keeps
+    :attr:`RoamStep.RANK_NOISE_BYTES` of the budget free for the process group's own buffers
+    (the smallest budget named includes them), and a budget one rank cannot meet is refused
     on every rank (BudgetInfeasible naming that rank). The model is used as it is: not
     wrapped in DDP.
 
@@ -231,8 +249,9 @@ def optimize(model_or_step, optimizer=None, loss_fn: Optional[Callable] = None,
             # the ranks of a distributed step refuse a budget together (ranks.refuse_together)
             plan_b, refused = None, None
             try:
-                plan_b = plan_within_budget(g, captured, b, order, layout, alignment,
-                                            time_limit_seconds, threads, progress)
+                plan_b = plan_within_budget(
+                    g, captured, b, order, layout, alignment, time_limit_seconds, threads,
+                    progress, RoamStep.RANK_NOISE_BYTES if rank_group_of(st) is not None else 0)
             except BudgetInfeasible as e:
                 refused = e
             refuse_together(refused, rank_group_of(st))
